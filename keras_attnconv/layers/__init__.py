@@ -1,0 +1,25 @@
+"""Keras layers of keras_attnconv: relative self-attention over pixels and its parts."""
+
+from keras_attnconv.layers.downsampling import InvertibleDownsampling
+from keras_attnconv.layers.encoder import TransformerEncoderBlock
+from keras_attnconv.layers.position_scores import (
+    POSITION_SCORES,
+    GaussianScore,
+    LearnedRelativeScore,
+    PositionScore,
+    QuadraticScore,
+    get_position_score,
+)
+from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+
+__all__ = [
+    "POSITION_SCORES",
+    "GaussianScore",
+    "InvertibleDownsampling",
+    "LearnedRelativeScore",
+    "PositionScore",
+    "QuadraticScore",
+    "RelativeMultiHeadAttention",
+    "TransformerEncoderBlock",
+    "get_position_score",
+]

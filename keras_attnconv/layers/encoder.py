@@ -1,0 +1,118 @@
+"""BERT-style (post-LayerNorm) Transformer encoder block over image pixels."""
+
+import keras
+
+from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+from keras_attnconv.layers.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class TransformerEncoderBlock(keras.layers.Layer):
+    """One encoder block of the paper's network (BERT layout, post-LN)::
+
+        x = LayerNorm(x + Dropout(Dense(hidden)(MHSA(x))))
+        x = LayerNorm(x + Dropout(Dense(hidden)(GELU(Dense(intermediate)(x)))))
+
+    Args:
+        num_heads: int, attention heads.
+        intermediate_dim: int, width of the feed-forward layer.
+        position_score: position score of the attention (see
+            `RelativeMultiHeadAttention`).
+        attention_options: dict of further `RelativeMultiHeadAttention`
+            arguments (``use_content_content``, ``key_dim``, ...).
+        dropout: float, dropout after the attention and the feed-forward layer.
+        attention_dropout: float, dropout on attention probabilities.
+        layer_norm_epsilon: float, LayerNorm epsilon (paper: 1e-12).
+        activation: feed-forward activation (default exact, erf-based GELU).
+        kernel_initializer: initializer of all kernels.
+
+    Call arguments:
+        inputs: tensor (batch, H, W, hidden).
+        training: bool, whether dropout is active.
+        return_attention_scores: bool, also return the attention probabilities.
+
+    Returns:
+        Tensor (batch, H, W, hidden), or ``(output, probabilities)``.
+
+    Example:
+    >>> block = TransformerEncoderBlock(num_heads=4, intermediate_dim=32)
+    >>> block(keras.ops.ones((2, 8, 8, 16))).shape
+    (2, 8, 8, 16)
+    """
+
+    def __init__(self, num_heads, intermediate_dim, position_score="quadratic", attention_options=None,
+                 dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12, activation="gelu",
+                 kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("intermediate_dim", intermediate_dim)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        if not layer_norm_epsilon > 0:
+            raise ValueError(f"`layer_norm_epsilon` must be > 0. Received: layer_norm_epsilon={layer_norm_epsilon}")
+        self.num_heads = num_heads
+        self.intermediate_dim = int(intermediate_dim)
+        self.attention_options = dict(attention_options or {})
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.activation = keras.activations.get(activation)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.attention = RelativeMultiHeadAttention(
+            num_heads=num_heads, position_score=position_score, dropout=attention_dropout,
+            kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="attention",
+            **self.attention_options,
+        )
+
+    def build(self, input_shape):
+        hidden = input_shape[-1]
+        if hidden is None:
+            raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
+
+        def dense(units, name, activation=None):
+            return keras.layers.Dense(units, activation=activation, kernel_initializer=self.kernel_initializer,
+                                      dtype=self.dtype_policy, name=name)
+
+        def norm(name):
+            return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
+                                                   name=name)
+
+        self.attention_dense = dense(hidden, "attention_dense")
+        self.attention_norm = norm("attention_norm")
+        self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", self.activation)
+        self.output_dense = dense(hidden, "output_dense")
+        self.output_norm = norm("output_norm")
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+        self.attention.build(input_shape)
+        self.attention_dense.build(input_shape)
+        self.attention_norm.build(input_shape)
+        self.intermediate_dense.build(input_shape)
+        self.output_dense.build((*tuple(input_shape)[:-1], self.intermediate_dim))
+        self.output_norm.build(input_shape)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        attended = self.attention(inputs, training=training, return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            attended, probabilities = attended
+        residual = self.dropout_layer(self.attention_dense(attended), training=training)
+        x = self.attention_norm(inputs + residual)
+        feed_forward = self.output_dense(self.intermediate_dense(x))
+        x = self.output_norm(x + self.dropout_layer(feed_forward, training=training))
+        return (x, probabilities) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "position_score": self.attention.get_config()["position_score"],
+            "attention_options": self.attention_options,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "activation": keras.activations.serialize(self.activation),
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

@@ -1,0 +1,305 @@
+"""Multi-head self-attention over pixels with relative position scores, eq. (8)."""
+
+import keras
+from keras import ops
+
+from keras_attnconv.layers.position_scores import get_position_score
+from keras_attnconv.layers.validation import check_positive_int, grid_size
+
+_TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class RelativeMultiHeadAttention(keras.layers.Layer):
+    """Self-attention over the pixels of a feature map, eq. (8) of the paper.
+
+    For head h, query pixel q, key pixel k and shift ``delta = k - q``::
+
+        A[q, k] = s * (X_q Wq Wk^T X_k^T + X_q Wq W_hat r_delta + u^T Wk^T X_k^T)
+                  + v^T r_delta
+        MHSA(X) = concat_h(softmax(A^(h)) X) W + b
+
+    Each of the four terms can be switched on or off. The position terms come
+    from a position score layer (``r_delta`` and ``v``, see
+    `keras_attnconv.layers.position_scores`); ``W_hat`` is the identity padded
+    to the query dimension as in the proof of Lemma 2 (the first
+    ``encoding_dim`` query features meet ``r_delta``), or a learned
+    ``(heads, key_dim, encoding_dim)`` map with ``position_key_projection=True``.
+    ``s`` (``content_scale``) scales the data-dependent terms; the position bias
+    is left unscaled so that Lemma 2 holds with the score's own ``alpha``.
+
+    Values use the paper's parameterisation (D_h = D_in): every head averages
+    the input itself, and ``W_val^(h) W_out`` are merged into one kernel of
+    shape ``(num_heads, input_dim, output_dim)`` applied to the concatenated
+    heads. With only the position bias on, the attention probabilities do not
+    depend on the input: they are computed once per call, shape
+    ``(heads, H*W, H*W)``, and applied to the whole batch (attention dropout
+    then drops the same links for every example of the batch).
+
+    Scores and softmax are computed in float32 under any dtype policy; the
+    projections and the attention contraction run in the compute dtype.
+
+    Args:
+        num_heads: int, number of heads.
+        output_dim: int or None, output channels (default: input channels).
+        position_score: name (``"quadratic"``, ``"gaussian"``, ``"learned"``),
+            a `PositionScore` layer, or its serialized config; None when no
+            position term is used. Names are built with ``num_heads`` heads
+            (and ``embedding_dim=key_dim`` for ``"learned"``).
+        use_content_content: bool, term ``X_q Wq Wk^T X_k``.
+        use_content_position: bool, term ``X_q Wq W_hat r_delta``.
+        use_key_bias: bool, term ``u^T Wk X_k``.
+        use_position_bias: bool, term ``v^T r_delta``.
+        key_dim: int or None, query/key size per head (default: input channels).
+        content_scale: float or None, ``s`` above; None means ``1/sqrt(key_dim)``.
+        position_key_projection: bool, learn ``W_hat`` instead of the padded
+            identity.
+        dropout: float in [0, 1), dropout on attention probabilities.
+        use_bias: bool, biases on the query/key projections and the output.
+        kernel_initializer, bias_initializer: initializers of the projections.
+
+    Call arguments:
+        inputs: tensor (batch, H, W, C) with static H, W, C.
+        training: bool, whether dropout is active.
+        return_attention_scores: bool, also return the attention probabilities
+            (before dropout), float32 (batch, heads, H*W, H*W).
+
+    Returns:
+        Tensor (batch, H, W, output_dim), or ``(output, probabilities)``.
+
+    Example:
+    >>> layer = RelativeMultiHeadAttention(num_heads=9, position_score="quadratic")
+    >>> layer(keras.ops.ones((2, 8, 8, 16))).shape
+    (2, 8, 8, 16)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        output_dim=None,
+        position_score="quadratic",
+        use_content_content=False,
+        use_content_position=False,
+        use_key_bias=False,
+        use_position_bias=True,
+        key_dim=None,
+        content_scale=None,
+        position_key_projection=False,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_positive_int("num_heads", num_heads)
+        for name, value in (("output_dim", output_dim), ("key_dim", key_dim)):
+            if value is not None:
+                check_positive_int(name, value)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        terms = dict(zip(_TERMS, (use_content_content, use_content_position, use_key_bias, use_position_bias)))
+        if not any(terms.values()):
+            raise ValueError(f"At least one score term must be on. Received: {terms}")
+        needs_positions = use_content_position or use_position_bias
+        if needs_positions and position_score is None:
+            raise ValueError(
+                "`position_score` is required when use_content_position or use_position_bias is on. "
+                "Received: position_score=None"
+            )
+        if content_scale is not None and not content_scale > 0:
+            raise ValueError(f"`content_scale` must be > 0 or None. Received: content_scale={content_scale}")
+        self.num_heads = int(num_heads)
+        self.output_dim = output_dim
+        self.use_content_content = bool(use_content_content)
+        self.use_content_position = bool(use_content_position)
+        self.use_key_bias = bool(use_key_bias)
+        self.use_position_bias = bool(use_position_bias)
+        self.key_dim = key_dim
+        self.content_scale = content_scale
+        self.position_key_projection = bool(position_key_projection)
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+        # A named score is created in build(), once key_dim is known; an instance
+        # (or its config) is used as given. Only the name is kept apart: storing the
+        # instance twice would make Keras track it twice.
+        self._position_score_name = position_score if needs_positions and isinstance(position_score, str) else None
+        self.position_score = None
+        if needs_positions and not isinstance(position_score, str):
+            self.position_score = get_position_score(position_score, self.num_heads)
+            self._check_score_layer(self.position_score)
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
+
+    def _check_score_layer(self, layer):
+        if layer.num_heads != self.num_heads:
+            raise ValueError(
+                f"The position score has {layer.num_heads} heads but the attention has "
+                f"num_heads={self.num_heads}."
+            )
+        if layer.head_vectors != self.use_position_bias:
+            raise ValueError(
+                f"A position score with head_vectors={layer.head_vectors} does not fit "
+                f"use_position_bias={self.use_position_bias}: its per-head vectors v are the "
+                "position-bias term."
+            )
+
+    @property
+    def uses_content(self):
+        """Whether the attention probabilities depend on the input."""
+        return self.use_content_content or self.use_content_position or self.use_key_bias
+
+    def build(self, input_shape):
+        height, width = grid_size(input_shape)
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
+        self.input_dim = int(channels)
+        self._key_dim = self.key_dim or self.input_dim
+        self._output_dim = self.output_dim or self.input_dim
+        self._scale = self.content_scale if self.content_scale is not None else self._key_dim**-0.5
+
+        if self._position_score_name is not None and self.position_score is None:
+            extra = {"embedding_dim": self._key_dim} if self._position_score_name == "learned" else {}
+            self.position_score = get_position_score(
+                self._position_score_name, self.num_heads, head_vectors=self.use_position_bias,
+                dtype="float32", **extra,
+            )
+        if self.position_score is not None and not self.position_score.built:
+            self.position_score.build(input_shape)
+
+        needs_query = self.use_content_content or self.use_content_position
+        needs_key = self.use_content_content or self.use_key_bias
+        head_shape = (self.num_heads, self._key_dim)
+        if needs_query:
+            self.query_kernel = self._kernel("query_kernel", (self.input_dim, *head_shape))
+            self.query_bias = self._bias("query_bias", head_shape)
+        if needs_key:
+            self.key_kernel = self._kernel("key_kernel", (self.input_dim, *head_shape))
+            self.key_bias = self._bias("key_bias", head_shape)
+        if self.use_key_bias:
+            self.u = self.add_weight(name="u", shape=head_shape, initializer="zeros")
+        if self.use_content_position:
+            encoding_dim = self.position_score.encoding_dim
+            if self.position_key_projection:
+                self.position_key_kernel = self._kernel(
+                    "position_key_kernel", (self.num_heads, self._key_dim, encoding_dim)
+                )
+            elif encoding_dim > self._key_dim:
+                raise ValueError(
+                    f"The content-position term with the identity W_hat needs encoding_dim <= key_dim; "
+                    f"got encoding_dim={encoding_dim}, key_dim={self._key_dim}. Use "
+                    "position_key_projection=True or a larger key_dim."
+                )
+        self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self._output_dim))
+        self.output_bias = self._bias("output_bias", (self._output_dim,))
+
+    def _kernel(self, name, shape):
+        return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
+
+    def _bias(self, name, shape):
+        if not self.use_bias:
+            return None
+        return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
+
+    def _project(self, tokens, kernel, bias):
+        projected = ops.einsum("btc,chd->bthd", tokens, kernel)
+        return projected if bias is None else projected + bias
+
+    def _scores(self, tokens, height, width):
+        """Attention scores, float32: (heads, T, T) if position-only, else (batch, heads, T, T)."""
+        position = None
+        if self.use_position_bias:
+            position = ops.cast(self.position_score.position_scores(height, width), "float32")
+            if not self.uses_content:
+                return position
+        content = 0.0
+        if self.use_content_content or self.use_content_position:
+            # Scale the queries once instead of every (T x T) score matrix.
+            queries = self._project(tokens, self.query_kernel, self.query_bias) * ops.cast(self._scale, tokens.dtype)
+        if self.use_content_content or self.use_key_bias:
+            keys = self._project(tokens, self.key_kernel, self.key_bias)
+        if self.use_content_content:
+            content = content + ops.cast(ops.einsum("bqhd,bkhd->bhqk", queries, keys), "float32")
+        if self.use_key_bias:
+            key_bias = ops.einsum("bkhd,hd->bhk", keys, ops.cast(self.u, keys.dtype))
+            content = content + ops.cast(key_bias * ops.cast(self._scale, keys.dtype), "float32")[:, :, None, :]
+        if self.use_content_position:
+            if self.position_key_projection:
+                position_queries = ops.einsum("bthd,hde->bthe", queries, self.position_key_kernel)
+            else:
+                position_queries = queries[..., : self.position_score.encoding_dim]
+            content = content + self.position_score.content_position_scores(
+                ops.cast(position_queries, "float32"), height, width
+            )
+        if position is not None:
+            return content + position[None]
+        if not (self.use_content_content or self.use_content_position):
+            # The key bias alone scores keys, not (query, key) pairs: give every query its row.
+            tokens_count = height * width
+            content = ops.broadcast_to(content, (ops.shape(tokens)[0], self.num_heads, tokens_count, tokens_count))
+        return content
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        height, width = grid_size(inputs.shape)
+        tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
+        probabilities = ops.softmax(self._scores(tokens, height, width), axis=-1)
+        dropped = self.dropout_layer(probabilities, training=training)
+        outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
+        if self.output_bias is not None:
+            outputs = outputs + self.output_bias
+        outputs = ops.reshape(outputs, (-1, height, width, self._output_dim))
+        if not return_attention_scores:
+            return outputs
+        if ops.ndim(probabilities) == 3:
+            batch = ops.shape(inputs)[0]
+            probabilities = ops.broadcast_to(probabilities[None], (batch, *probabilities.shape))
+        return outputs, probabilities
+
+    def _attend(self, probabilities, tokens):
+        """``sum_h P_h X W_h``, contracting in the cheaper order for these shapes."""
+        p = "hqk" if ops.ndim(probabilities) == 3 else "bhqk"
+        if self.input_dim <= self._output_dim:
+            context = ops.einsum(f"{p},bkc->bqhc", probabilities, tokens)
+            return ops.einsum("bqhc,hco->bqo", context, self.output_kernel)
+        values = ops.einsum("bkc,hco->bkho", tokens, self.output_kernel)
+        return ops.einsum(f"{p},bkho->bqo", probabilities, values)
+
+    def compute_output_shape(self, input_shape):
+        output_dim = self.output_dim or input_shape[-1]
+        return (*tuple(input_shape)[:-1], output_dim)
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        output_shape = self.compute_output_shape(inputs.shape)
+        outputs = keras.KerasTensor(output_shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        tokens = inputs.shape[1] * inputs.shape[2]
+        scores = keras.KerasTensor((inputs.shape[0], self.num_heads, tokens, tokens), dtype="float32")
+        return outputs, scores
+
+    def get_config(self):
+        config = super().get_config()
+        score = self._position_score_name
+        if score is None and self.position_score is not None:
+            score = keras.saving.serialize_keras_object(self.position_score)
+        config.update({
+            "num_heads": self.num_heads,
+            "output_dim": self.output_dim,
+            "position_score": score,
+            "use_content_content": self.use_content_content,
+            "use_content_position": self.use_content_position,
+            "use_key_bias": self.use_key_bias,
+            "use_position_bias": self.use_position_bias,
+            "key_dim": self.key_dim,
+            "content_scale": self.content_scale,
+            "position_key_projection": self.position_key_projection,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        })
+        return config
+

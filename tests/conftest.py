@@ -1,0 +1,35 @@
+"""Shared fixtures: quiet TensorFlow logs, reset Keras state between tests."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+requires_tensorflow = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="compares against TensorFlow ops; backend is not tensorflow"
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.mixed_precision.set_dtype_policy("float32")
+    keras.backend.clear_session()
+
+
+@pytest.fixture(params=["mixed_float16", "mixed_bfloat16"])
+def mixed_policy(request):
+    """Runs the test under each mixed precision policy, restoring float32 after."""
+    keras.mixed_precision.set_dtype_policy(request.param)
+    yield request.param
+    keras.mixed_precision.set_dtype_policy("float32")
+
+
+def randomize_weights(layer, seed=0, scale=0.3):
+    """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()])

@@ -1,0 +1,85 @@
+"""Specifications of TransformerEncoderBlock: the post-LN BERT layout, dropout, config."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from conftest import randomize_weights
+from keras_attnconv.layers import LearnedRelativeScore, TransformerEncoderBlock
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    mean = x.mean(-1, keepdims=True)
+    variance = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+exact_gelu = np.vectorize(lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))))
+
+
+def weights_of(layer):
+    return [ops.convert_to_numpy(w).astype("float64") for w in layer.weights]
+
+
+def test_block_is_post_layer_norm_bert_layout():
+    x = np.random.default_rng(0).normal(size=(2, 4, 4, 6)).astype("float32")
+    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=8, layer_norm_epsilon=1e-12)
+    block.build(x.shape)
+    randomize_weights(block)
+
+    attended = ops.convert_to_numpy(block.attention(x)).astype("float64")
+    k1, b1 = weights_of(block.attention_dense)
+    g1, be1 = weights_of(block.attention_norm)
+    h = layer_norm(x + attended @ k1 + b1, g1, be1, 1e-12)
+    k2, b2 = weights_of(block.intermediate_dense)
+    k3, b3 = weights_of(block.output_dense)
+    g2, be2 = weights_of(block.output_norm)
+    expected = layer_norm(h + exact_gelu(h @ k2 + b2) @ k3 + b3, g2, be2, 1e-12)
+    np.testing.assert_allclose(ops.convert_to_numpy(block(x)), expected, atol=1e-4)
+
+
+def test_dropout_acts_only_in_training():
+    x = np.random.default_rng(1).normal(size=(2, 4, 4, 6)).astype("float32")
+    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=8, dropout=0.3)
+    inference = ops.convert_to_numpy(block(x))
+    np.testing.assert_array_equal(ops.convert_to_numpy(block(x, training=False)), inference)
+    assert not np.allclose(ops.convert_to_numpy(block(x, training=True)), inference)
+
+
+def test_returns_attention_probabilities():
+    block = TransformerEncoderBlock(num_heads=3, intermediate_dim=8)
+    outputs, probs = block(np.ones((2, 4, 4, 6), "float32"), return_attention_scores=True)
+    assert tuple(outputs.shape) == (2, 4, 4, 6)
+    assert tuple(probs.shape) == (2, 3, 16, 16)
+
+
+def test_config_round_trip_with_attention_options():
+    block = TransformerEncoderBlock(
+        num_heads=2, intermediate_dim=8, position_score=LearnedRelativeScore(2, embedding_dim=4, head_vectors=False),
+        attention_options={"use_content_content": True, "use_content_position": True,
+                           "use_position_bias": False, "key_dim": 4},
+        dropout=0.0, attention_dropout=0.0,
+    )
+    x = np.random.default_rng(2).normal(size=(2, 3, 3, 6)).astype("float32")
+    block.build(x.shape)
+    randomize_weights(block)
+    config = block.get_config()
+    clone = TransformerEncoderBlock.from_config(config)
+    clone.build(x.shape)
+    clone.set_weights(block.get_weights())
+    assert clone.get_config() == config
+    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(block(x)), atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"intermediate_dim": 0}, "intermediate_dim=0"),
+    ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon=0.0"),
+    ({"num_heads": 0}, "num_heads=0"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    options = {"num_heads": 2, "intermediate_dim": 8, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        TransformerEncoderBlock(**options)

@@ -1,0 +1,194 @@
+"""Specifications of the position score functions (eq. 9, Lemma 2, Appendix E, learned)."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv.layers import (
+    GaussianScore,
+    LearnedRelativeScore,
+    QuadraticScore,
+    RelativeMultiHeadAttention,
+    get_position_score,
+)
+
+
+def softmax(x):
+    x = np.asarray(x, dtype="float64")
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def pixel_shifts(height, width):
+    """delta[q, k] = k - q as (row, col) for row-major pixel indices: (HW, HW, 2)."""
+    rows, cols = np.divmod(np.arange(height * width), width)
+    coords = np.stack([rows, cols], axis=-1)
+    return coords[None, :, :] - coords[:, None, :]
+
+
+def built_score(layer, height, width):
+    layer.build((None, height, width, 1))
+    return layer
+
+
+def test_quadratic_scores_give_the_softmax_of_minus_alpha_squared_distance():
+    height, width, heads = 5, 6, 4
+    layer = built_score(QuadraticScore(heads), height, width)
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 2, (heads, 2)).astype("float32")
+    alpha = rng.uniform(0.1, 3.0, heads).astype("float32")
+    layer.set_weights([centers, alpha])
+
+    delta = pixel_shifts(height, width)
+    direct = -alpha[:, None, None] * np.sum((delta[None] - centers[:, None, None, :]) ** 2, axis=-1)
+    eq9 = np.einsum("hd,qkd->hqk", ops.convert_to_numpy(layer.head_vectors_v()),
+                    ops.convert_to_numpy(layer.relative_encoding(height, width)))
+    ours = ops.convert_to_numpy(layer.position_scores(height, width))
+
+    np.testing.assert_allclose(softmax(ours), softmax(direct), atol=1e-6)
+    np.testing.assert_allclose(softmax(eq9), softmax(direct), atol=1e-5)
+
+
+def lemma_layer(height, width, alpha, centers):
+    layer = built_score(QuadraticScore(len(centers)), height, width)
+    layer.set_weights([np.asarray(centers, "float32"), np.full(len(centers), alpha, "float32")])
+    return layer
+
+
+@pytest.mark.parametrize("alpha", [46.0, 1000.0])
+def test_lemma2_hard_attention_on_the_target_pixel(alpha):
+    height, width = 6, 7
+    centers = [(i, j) for i in (-1, 0, 1) for j in (-1, 0, 1)]  # the 3x3 kernel grid
+    probs = softmax(lemma_layer(height, width, alpha, centers).position_scores(height, width))
+    checked = 0
+    for h, (di, dj) in enumerate(centers):
+        for qi in range(height):
+            for qj in range(width):
+                ki, kj = qi + di, qj + dj
+                if 0 <= ki < height and 0 <= kj < width:
+                    assert probs[h, qi * width + qj, ki * width + kj] >= 1 - 1e-6
+                    checked += 1
+    assert checked > 0
+
+
+def test_lemma2_fails_for_small_alpha():
+    # The property above is not vacuous: with alpha = 1 attention is spread out.
+    probs = softmax(lemma_layer(6, 7, 1.0, [(0, 0)]).position_scores(6, 7))
+    assert probs[0, 0, 0] < 0.9
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_huge_alpha_and_far_centers_stay_finite(policy):
+    keras.mixed_precision.set_dtype_policy(policy)
+    layer = RelativeMultiHeadAttention(num_heads=3, position_score="quadratic")
+    x = np.random.default_rng(0).normal(size=(2, 5, 5, 4)).astype("float32")
+    layer.build(x.shape)
+    layer.position_score.set_weights([np.array([[0, 0], [40, -40], [1e3, 2e3]], "float32"),
+                                      np.full(3, 1e4, "float32")])
+    outputs, probs = layer(x, return_attention_scores=True)
+    assert probs.dtype == "float32"
+    assert np.isfinite(ops.convert_to_numpy(ops.cast(outputs, "float32"))).all()
+    assert np.isfinite(ops.convert_to_numpy(probs)).all()
+    np.testing.assert_allclose(ops.convert_to_numpy(probs).sum(-1), 1.0, atol=1e-5)
+
+
+def test_gaussian_with_isotropic_covariance_equals_quadratic():
+    height, width, heads = 5, 4, 3
+    rng = np.random.default_rng(1)
+    centers = rng.normal(0, 2, (heads, 2)).astype("float32")
+    alpha = rng.uniform(0.2, 2.0, heads).astype("float32")
+    quadratic = built_score(QuadraticScore(heads), height, width)
+    quadratic.set_weights([centers, alpha])
+    gaussian = built_score(GaussianScore(heads), height, width)
+    # Sigma = I / (2 alpha)  <=>  Sigma^{-1/2} = sqrt(2 alpha) I
+    gaussian.set_weights([centers, np.sqrt(2 * alpha)[:, None, None] * np.eye(2, dtype="float32")])
+    np.testing.assert_allclose(ops.convert_to_numpy(gaussian.position_scores(height, width)),
+                               ops.convert_to_numpy(quadratic.position_scores(height, width)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(gaussian.covariances, quadratic.covariances, rtol=1e-5)
+
+
+def test_gaussian_scores_match_appendix_e_vector_form():
+    height, width, heads = 4, 5, 2
+    layer = built_score(GaussianScore(heads), height, width)
+    rng = np.random.default_rng(2)
+    centers = rng.normal(0, 1.5, (heads, 2))
+    sqrt = np.eye(2) + rng.normal(0, 0.4, (heads, 2, 2))
+    layer.set_weights([centers.astype("float32"), sqrt.astype("float32")])
+
+    inverse = np.einsum("hij,hkj->hik", sqrt, sqrt)
+    mu = np.einsum("hij,hj->hi", inverse, centers)
+    # v = 1/2 (2 (S^-1 D)_1, 2 (S^-1 D)_2, -S^-1_11, -S^-1_22, -2 S^-1_12)
+    v = 0.5 * np.stack([2 * mu[:, 0], 2 * mu[:, 1], -inverse[:, 0, 0], -inverse[:, 1, 1], -2 * inverse[:, 0, 1]], -1)
+    r = ops.convert_to_numpy(layer.relative_encoding(height, width))
+    expected = np.einsum("hd,qkd->hqk", v, r)
+    np.testing.assert_allclose(softmax(layer.position_scores(height, width)), softmax(expected), atol=1e-5)
+    np.testing.assert_allclose(layer.covariances, np.linalg.inv(inverse), rtol=1e-4)
+
+
+def test_gaussian_initialisation_is_noisy_identity():
+    layer = built_score(GaussianScore(64, sigma_init_stddev=0.01), 4, 4)
+    sqrt = ops.convert_to_numpy(layer.inverse_sqrt_covariance)
+    assert np.abs(sqrt - np.eye(2)).max() < 0.06
+    assert 0.005 < np.std(sqrt - np.eye(2)) < 0.015
+    assert 1.1 < np.std(ops.convert_to_numpy(layer.centers)) < 1.7  # N(0, 2I)
+
+
+def test_learned_scores_depend_only_on_the_shift():
+    height, width = 4, 5
+    layer = built_score(LearnedRelativeScore(3, embedding_dim=8), height, width)
+    rng = np.random.default_rng(3)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    scores = ops.convert_to_numpy(layer.position_scores(height, width))
+    delta = pixel_shifts(height, width)
+    for shift in {tuple(d) for d in delta.reshape(-1, 2)}:
+        mask = np.all(delta == shift, axis=-1)
+        values = scores[:, mask]  # (heads, pairs with this shift)
+        np.testing.assert_allclose(values, values[:, :1].repeat(values.shape[1], 1), atol=1e-6)
+    # ... and on the shift in both axes: different shifts give different scores.
+    assert np.unique(np.round(scores[0], 5)).size == (2 * height - 1) * (2 * width - 1)
+
+
+def test_learned_factorised_content_position_equals_full_encoding():
+    height, width, heads = 3, 4, 2
+    layer = built_score(LearnedRelativeScore(heads, embedding_dim=6, max_position=5), height, width)
+    rng = np.random.default_rng(4)
+    layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
+    queries = rng.normal(size=(2, height * width, heads, 6)).astype("float32")
+    full = np.einsum("bqhd,qkd->bhqk", queries, ops.convert_to_numpy(layer.relative_encoding(height, width)))
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.content_position_scores(queries, height, width)),
+                               full, atol=1e-5)
+
+
+def test_attention_moments_recover_quadratic_centres_and_covariances():
+    height = width = 31
+    layer = built_score(QuadraticScore(2), height, width)
+    centers = np.array([[1.3, -2.7], [-0.4, 0.8]], "float32")
+    layer.set_weights([centers, np.array([0.1, 0.25], "float32")])
+    means, covariances = layer.attention_moments(height, width)
+    np.testing.assert_allclose(means, centers, atol=1e-3)
+    np.testing.assert_allclose(covariances, layer.covariances, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("num_heads", [0, -2, 2.5, True])
+def test_bad_num_heads_is_named(num_heads):
+    with pytest.raises(ValueError, match=f"num_heads={num_heads!r}"):
+        QuadraticScore(num_heads)
+
+
+def test_unknown_score_name_suggests_the_closest():
+    with pytest.raises(ValueError, match="Did you mean 'quadratic'.*position_score='quadratc'"):
+        get_position_score("quadratc", num_heads=2)
+
+
+@pytest.mark.parametrize("shape, message", [((4, 4, 3), "4-D input"), ((None, None, 4, 3), "must be known")])
+def test_bad_grid_shapes_are_rejected(shape, message):
+    with pytest.raises(ValueError, match=message):
+        QuadraticScore(2).build(shape)
+
+
+def test_learned_rejects_grids_beyond_max_position():
+    with pytest.raises(ValueError, match="max_position"):
+        LearnedRelativeScore(2, embedding_dim=4, max_position=4).build((None, 5, 5, 1))
+    with pytest.raises(ValueError, match="embedding_dim=1"):
+        LearnedRelativeScore(2, embedding_dim=1)
