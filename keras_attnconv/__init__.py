@@ -3,8 +3,8 @@ Self-Attention and Convolutional Layers" (Cordonnier, Loukas, Jaggi, ICLR 2020).
 
 __version__ = "0.1.0"
 
-from keras_attnconv import layers  # noqa: E402
-from keras_attnconv.layers import (  # noqa: E402
+from keras_attnconv import layers, models
+from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
     LearnedRelativeScore,
@@ -12,3 +12,19 @@ from keras_attnconv.layers import (  # noqa: E402
     RelativeMultiHeadAttention,
     TransformerEncoderBlock,
 )
+from keras_attnconv.models import build_model, get_model_config, get_paper_figures, list_models
+
+__all__ = [
+    "GaussianScore",
+    "InvertibleDownsampling",
+    "LearnedRelativeScore",
+    "QuadraticScore",
+    "RelativeMultiHeadAttention",
+    "TransformerEncoderBlock",
+    "build_model",
+    "get_model_config",
+    "get_paper_figures",
+    "layers",
+    "list_models",
+    "models",
+]

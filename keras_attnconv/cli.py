@@ -5,12 +5,17 @@ import sys
 
 
 def _list(args):
-    from keras_attnconv.layers import POSITION_SCORES
+    import os
 
-    print("Position score functions (RelativeMultiHeadAttention(position_score=...)):")
-    for name, layer in POSITION_SCORES.items():
-        summary = (layer.__doc__ or "").strip().splitlines()[0]
-        print(f"  {name:<12} {layer.__name__:<22} {summary}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_attnconv.models.summary import markdown_table, model_rows
+
+    print(markdown_table(model_rows(args.models or None)))
+    print(
+        "\nFLOPs per 32x32 image, 2 per multiply-add. 'weights' counts products with weight kernels "
+        "(convolutions, Dense, attention projections), the convention of the paper's Table 1; "
+        "'with attention' adds the attention scores and the probability-weighted sums."
+    )
     return 0
 
 
@@ -20,7 +25,8 @@ def build_parser():
         description="keras_attnconv: self-attention as convolution (Cordonnier et al., ICLR 2020).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    listing = commands.add_parser("list", help="list what the zoo provides")
+    listing = commands.add_parser("list", help="the model zoo: parameters and FLOPs beside the paper's")
+    listing.add_argument("models", nargs="*", help="only these models (default: all)")
     listing.set_defaults(handler=_list)
     return parser
 

@@ -18,13 +18,15 @@ autocast, so scores stay float32 under mixed precision.
 """
 
 import difflib
-import math
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.validation import check_positive_int, grid_size
+
+# Centres are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
+PAPER_CENTER_STDDEV = 2.0**0.5
 
 _PACKAGE = "keras_attnconv"
 
@@ -182,7 +184,7 @@ class QuadraticScore(PositionScore):
 
     encoding_dim = 3
 
-    def __init__(self, num_heads, center_stddev=math.sqrt(2.0), alpha_initializer=0.5,
+    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
                  head_vectors=True, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         if not center_stddev >= 0:
@@ -268,7 +270,7 @@ class GaussianScore(PositionScore):
 
     encoding_dim = 5
 
-    def __init__(self, num_heads, center_stddev=math.sqrt(2.0), sigma_init_stddev=0.01,
+    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, sigma_init_stddev=0.01,
                  head_vectors=True, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         for name, value in (("center_stddev", center_stddev), ("sigma_init_stddev", sigma_init_stddev)):

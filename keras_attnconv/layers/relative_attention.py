@@ -152,7 +152,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return self.use_content_content or self.use_content_position or self.use_key_bias
 
     def build(self, input_shape):
-        height, width = grid_size(input_shape)
+        grid_size(input_shape)  # validates rank and static height/width
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
@@ -258,10 +258,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             probabilities = ops.broadcast_to(probabilities[None], (batch, *probabilities.shape))
         return outputs, probabilities
 
+    @property
+    def values_first(self):
+        """Whether ``X W_h`` is formed before the attention contraction.
+
+        Both orders cost ``T*h*C*O`` for the projection; the contraction over
+        keys costs ``h*T*T`` times the width it carries, so it should carry the
+        narrower of input_dim and output_dim.
+        """
+        return self.input_dim > self._output_dim
+
     def _attend(self, probabilities, tokens):
         """``sum_h P_h X W_h``, contracting in the cheaper order for these shapes."""
         p = "hqk" if ops.ndim(probabilities) == 3 else "bhqk"
-        if self.input_dim <= self._output_dim:
+        if not self.values_first:
             context = ops.einsum(f"{p},bkc->bqhc", probabilities, tokens)
             return ops.einsum("bqhc,hco->bqo", context, self.output_kernel)
         values = ops.einsum("bkc,hco->bkho", tokens, self.output_kernel)

@@ -3,9 +3,9 @@
 import keras
 import numpy as np
 import pytest
+from conftest import requires_tensorflow
 from keras import ops
 
-from conftest import requires_tensorflow
 from keras_attnconv.layers import InvertibleDownsampling
 
 

@@ -2,12 +2,11 @@
 
 import math
 
-import keras
 import numpy as np
 import pytest
+from conftest import randomize_weights
 from keras import ops
 
-from conftest import randomize_weights
 from keras_attnconv.layers import LearnedRelativeScore, TransformerEncoderBlock
 
 

@@ -5,9 +5,9 @@ import itertools
 import keras
 import numpy as np
 import pytest
+from conftest import randomize_weights
 from keras import ops
 
-from conftest import randomize_weights
 from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention
 
 TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")

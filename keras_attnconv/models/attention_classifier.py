@@ -1,0 +1,137 @@
+"""The paper's fully attentional image classifier, built from a config."""
+
+import dataclasses
+
+import keras
+
+from keras_attnconv.layers import (
+    InvertibleDownsampling,
+    LearnedRelativeScore,
+    TransformerEncoderBlock,
+)
+from keras_attnconv.models.validation import check_config_fields
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionClassifierConfig:
+    """Hyper-parameters of the self-attention classifier (defaults: Table 2).
+
+    Input ``image_size x image_size x 3`` -> ``InvertibleDownsampling(downsampling)``
+    -> ``Dense(hidden_dim)`` -> ``num_layers`` encoder blocks -> global average
+    pool -> ``Dense(num_classes)`` (float32 logits).
+
+    Attributes:
+        num_layers: encoder blocks.
+        num_heads: heads per block, an int or one int per block (pruned models).
+        hidden_dim: token width.
+        intermediate_dim: feed-forward width.
+        position_score: ``"quadratic"``, ``"gaussian"`` or ``"learned"``.
+        position_embedding_dim: ``D_p`` of the learned encoding; None means
+            ``hidden_dim``.
+        use_content_content, use_content_position, use_position_bias: the
+            score terms of eq. (8) (see `RelativeMultiHeadAttention`).
+        dropout, attention_dropout: dropout rates.
+        layer_norm_epsilon: LayerNorm epsilon.
+        downsampling: block size of the invertible down-sampling.
+        initializer_range: std of the N(0, s^2) kernel initialisation (BERT's 0.02).
+        num_classes: classes of the classifier.
+        image_size: side of the square input image; a multiple of `downsampling`.
+    """
+
+    num_layers: int = 6
+    num_heads: "int | tuple[int, ...]" = 9
+    hidden_dim: int = 400
+    intermediate_dim: int = 512
+    position_score: str = "quadratic"
+    position_embedding_dim: "int | None" = None
+    use_content_content: bool = False
+    use_content_position: bool = False
+    use_position_bias: bool = True
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_epsilon: float = 1e-12
+    downsampling: int = 2
+    initializer_range: float = 0.02
+    num_classes: int = 10
+    image_size: int = 32
+
+    def __post_init__(self):
+        if isinstance(self.num_heads, list):
+            object.__setattr__(self, "num_heads", tuple(self.num_heads))
+        check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling",
+                                            "image_size"),
+                            rates=("dropout", "attention_dropout"))
+        if isinstance(self.num_heads, tuple):
+            if len(self.num_heads) != self.num_layers or any(
+                    isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
+                raise ValueError(
+                    f"`num_heads` per layer must hold {self.num_layers} positive integers (one per layer). "
+                    f"Received: num_heads={self.num_heads}"
+                )
+        elif isinstance(self.num_heads, bool) or not isinstance(self.num_heads, int) or self.num_heads < 1:
+            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={self.num_heads!r}")
+        if self.image_size % self.downsampling:
+            raise ValueError(
+                f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
+                f"Received: image_size={self.image_size}"
+            )
+        if self.position_score not in ("quadratic", "gaussian", "learned"):
+            raise ValueError(
+                "`position_score` must be 'quadratic', 'gaussian' or 'learned'. "
+                f"Received: position_score={self.position_score!r}"
+            )
+        if not (self.use_content_content or self.use_content_position or self.use_position_bias):
+            raise ValueError(
+                "At least one of use_content_content, use_content_position, use_position_bias must be True."
+            )
+
+    @property
+    def heads_per_layer(self):
+        """Number of heads of each block, as a tuple."""
+        if isinstance(self.num_heads, tuple):
+            return self.num_heads
+        return (self.num_heads,) * self.num_layers
+
+    def build(self, name=None):
+        return build_attention_classifier(self, name=name)
+
+
+def _position_score(config, num_heads):
+    """The position score of one block (a fresh layer per block, never shared)."""
+    if config.position_score != "learned":
+        return config.position_score
+    return LearnedRelativeScore(
+        num_heads, embedding_dim=config.position_embedding_dim or config.hidden_dim,
+        head_vectors=config.use_position_bias,
+        embeddings_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
+    )
+
+
+def build_attention_classifier(config, name=None):
+    """Builds the functional Keras model described by `config` (logits output)."""
+    initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
+    inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
+    x = InvertibleDownsampling(config.downsampling, name="downsampling")(inputs)
+    x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, name="embedding")(x)
+    attention_options = {
+        "use_content_content": config.use_content_content,
+        "use_content_position": config.use_content_position,
+        "use_position_bias": config.use_position_bias,
+        "key_dim": config.hidden_dim,
+    }
+    for index, num_heads in enumerate(config.heads_per_layer):
+        x = TransformerEncoderBlock(
+            num_heads=num_heads,
+            intermediate_dim=config.intermediate_dim,
+            position_score=_position_score(config, num_heads),
+            attention_options=attention_options,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            kernel_initializer=initializer,
+            name=f"encoder_{index}",
+        )(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    # The classifier output stays float32 under mixed precision.
+    outputs = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
+    return keras.Model(inputs, outputs, name=name or "attention_classifier")

@@ -1,0 +1,99 @@
+"""Analytical FLOP count of the zoo's models, per image.
+
+Convention: 2 FLOPs per multiply-add of a matrix product or convolution;
+biases, normalisation, activations and softmax are not counted. Two parts:
+
+- ``linear``: products with weight kernels (convolutions, Dense layers,
+  attention query/key/value/output projections). This is what the paper's
+  Table 1 counts (its 1.1B / 6.2B / 4.9B / 15B match it to 2 digits).
+- ``attention``: the data-dependent products of attention (scores
+  ``q.k`` and ``q.r``, and the probability-weighted sum over keys).
+
+Work that does not depend on the batch (position-only scores) is amortised
+over the batch and not counted. `tests/models/test_flops.py` checks the count
+against TensorFlow's own per-op FLOP statistics on the traced graph.
+"""
+
+import dataclasses
+import math
+
+import keras
+
+from keras_attnconv.layers import RelativeMultiHeadAttention, TransformerEncoderBlock
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopCount:
+    linear: int = 0
+    attention: int = 0
+
+    @property
+    def total(self):
+        return self.linear + self.attention
+
+    def __add__(self, other):
+        return FlopCount(self.linear + other.linear, self.attention + other.attention)
+
+
+def _attention_flops(layer, input_shape):
+    height, width, channels = input_shape[1:]
+    tokens = height * width
+    heads, key_dim, out_dim = layer.num_heads, layer._key_dim, layer._output_dim
+    projection = 2 * tokens * channels * heads * key_dim
+    linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
+    attention = 2 * heads * tokens * tokens * (out_dim if layer.values_first else channels)
+    if layer.use_content_content or layer.use_content_position:
+        linear += projection
+    if layer.use_content_content or layer.use_key_bias:
+        linear += projection
+    if layer.use_content_content:
+        attention += 2 * heads * tokens * tokens * key_dim
+    if layer.use_key_bias:
+        attention += 2 * heads * tokens * key_dim
+    if layer.use_content_position:
+        score = layer.position_score
+        if layer.position_key_projection:
+            linear += 2 * tokens * heads * key_dim * score.encoding_dim
+        if hasattr(score, "axis_dim"):  # factorised learned encoding: rows then columns
+            attention += 2 * tokens * heads * score.axis_dim * (height + width)
+        else:
+            attention += 2 * heads * tokens * tokens * score.encoding_dim
+    return FlopCount(linear, attention)
+
+
+def _dense_flops(input_shape, units):
+    return FlopCount(linear=2 * math.prod(input_shape[1:-1]) * input_shape[-1] * units)
+
+
+def _block_flops(block, input_shape):
+    hidden = input_shape[-1]
+    return (_attention_flops(block.attention, input_shape)
+            + _dense_flops(input_shape, hidden)
+            + _dense_flops(input_shape, block.intermediate_dim)
+            + _dense_flops((*input_shape[:-1], block.intermediate_dim), hidden))
+
+
+def layer_flops(layer, input_shape):
+    """FLOPs per image of one layer given its (batch, ...) input shape."""
+    if isinstance(layer, TransformerEncoderBlock):
+        return _block_flops(layer, input_shape)
+    if isinstance(layer, RelativeMultiHeadAttention):
+        return _attention_flops(layer, input_shape)
+    if isinstance(layer, keras.layers.Dense):
+        return _dense_flops(input_shape, layer.units)
+    if isinstance(layer, keras.layers.Conv2D):
+        output_shape = layer.compute_output_shape(input_shape)
+        kernel_h, kernel_w = layer.kernel_size
+        per_output = 2 * kernel_h * kernel_w * input_shape[-1] // layer.groups
+        return FlopCount(linear=math.prod(output_shape[1:]) * per_output)
+    return FlopCount()
+
+
+def count_flops(model):
+    """FLOPs per image of a functional model (see the module docstring)."""
+    total = FlopCount()
+    for layer in model.layers:
+        if isinstance(layer, (TransformerEncoderBlock, RelativeMultiHeadAttention,
+                              keras.layers.Dense, keras.layers.Conv2D)):
+            total = total + layer_flops(layer, tuple(layer.input.shape))
+    return total

@@ -1,0 +1,116 @@
+"""The model zoo: registered configurations, `build_model`, `list_models`, `get_model_config`."""
+
+import dataclasses
+
+import keras
+
+from keras_attnconv.layers.position_scores import closest_names
+from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
+from keras_attnconv.models.resnet import ResNetConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperFigures:
+    """What the paper reports for a configuration (None where it reports nothing)."""
+
+    row: str
+    params_millions: "float | None" = None
+    flops_billions: "float | None" = None
+    source: str = "Table 1"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEntry:
+    config: "AttentionClassifierConfig | ResNetConfig"
+    paper: PaperFigures
+
+
+_QUADRATIC = AttentionClassifierConfig()
+_LEARNED = AttentionClassifierConfig(position_score="learned",
+                                     # Row and column tables of hidden_dim each, as the reference code.
+                                     position_embedding_dim=2 * 400)
+_LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_embedding_dim=400,
+                                             use_content_content=True, use_content_position=True,
+                                             use_position_bias=False)
+_GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
+# Small enough to train in minutes on 2 CPU cores; same code, fewer and narrower blocks.
+_TINY = {"num_layers": 2, "hidden_dim": 48, "intermediate_dim": 96}
+
+_REGISTRY = {
+    "resnet18": ModelEntry(ResNetConfig(), PaperFigures("ResNet18", 11.2, 1.1)),
+    "resnet10": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1, 1)),
+                           PaperFigures("ResNet10", 4.9, source="draft, Table 1")),
+    "quadratic": ModelEntry(_QUADRATIC, PaperFigures("SA quadratic emb.", 12.1, 6.2)),
+    "gaussian": ModelEntry(_GAUSSIAN, PaperFigures("SA quadratic emb. gen.", 12.1, 6.2, "Table 4")),
+    "gaussian_pruned": ModelEntry(dataclasses.replace(_GAUSSIAN, num_heads=(7, 5, 8, 7, 3, 9)),
+                                  PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4")),
+    "learned": ModelEntry(_LEARNED, PaperFigures("SA learned emb.", 12.3, 6.2)),
+    "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content", 29.5, 15.0)),
+    "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
+                                    PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
+    "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
+                              PaperFigures("(small CPU variant of ResNet)", source="ours")),
+}
+for _name in ("quadratic", "gaussian", "learned", "learned_content"):
+    _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
+    if _config.position_embedding_dim:
+        _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)
+    _REGISTRY[f"{_name}_tiny"] = ModelEntry(_config, PaperFigures(f"(small CPU variant of {_name})", source="ours"))
+del _name, _config
+
+
+def list_models():
+    """Names of all registered configurations, paper configurations first."""
+    return list(_REGISTRY)
+
+
+def _entry(name):
+    if name not in _REGISTRY:
+        suggestions = closest_names(name, _REGISTRY)
+        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        raise ValueError(f"Unknown model {name!r}.{hint} Available: {', '.join(_REGISTRY)}. Received: name={name!r}")
+    return _REGISTRY[name]
+
+
+def get_model_config(name, **overrides):
+    """The frozen config registered under `name`, with `overrides` applied and validated."""
+    config = _entry(name).config
+    fields = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        field = unknown[0]
+        suggestions = closest_names(field, fields)
+        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        raise ValueError(
+            f"Unknown override {field!r} for model {name!r}.{hint} Valid fields: {', '.join(sorted(fields))}. "
+            f"Received: {field}={overrides[field]!r}"
+        )
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+def get_paper_figures(name):
+    """The paper's row, parameter count and FLOPs for `name` (`PaperFigures`)."""
+    return _entry(name).paper
+
+
+def build_model(name, *, num_classes=10, image_size=32, seed=None, **overrides):
+    """Builds a registered model: ``keras_attnconv.build_model("quadratic")``.
+
+    Args:
+        name: a name from `list_models()`.
+        num_classes: classes of the classifier (10 for CIFAR-10, 100 for CIFAR-100).
+        image_size: side of the square input images.
+        seed: int or None. When given, seeds Keras' global random state
+            (``keras.utils.set_random_seed``) before building, so two builds
+            with the same seed have the same weights.
+        **overrides: any other field of the model's config (``num_layers``,
+            ``hidden_dim``, ``num_heads``, ...).
+
+    Returns:
+        An uncompiled functional `keras.Model` from ``(image_size, image_size, 3)``
+        float images to float32 logits.
+    """
+    config = get_model_config(name, num_classes=num_classes, image_size=image_size, **overrides)
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    return config.build(name=name)

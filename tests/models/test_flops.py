@@ -1,0 +1,61 @@
+"""The analytical FLOP count agrees with TensorFlow's per-op FLOP statistics of the traced graph."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+from conftest import requires_tensorflow
+
+from keras_attnconv.models import build_model
+from keras_attnconv.models.flops import count_flops
+
+MATMUL_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Einsum"}
+
+
+def einsum_flops(op):
+    """2 x multiply-adds of a two-operand Einsum node (TensorFlow registers no statistic for it)."""
+    equation = op.get_attr("equation").decode()
+    inputs, _ = equation.split("->")
+    sizes = {}
+    for labels, tensor in zip(inputs.split(","), op.inputs):
+        for label, size in zip(re.sub(r"\.\.\.", "", labels), tensor.shape.as_list()):
+            sizes[label] = size
+    return 2 * math.prod(sizes.values())
+
+
+def graph_matmul_flops(model, batch):
+    """Sum of TensorFlow's 'flops' statistics over matrix-product ops of the traced forward pass."""
+    import tensorflow as tf
+    from tensorflow.python.framework import ops as tf_ops
+
+    spec = tf.TensorSpec((batch, *model.input_shape[1:]), tf.float32)
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type == "Einsum":
+            total += einsum_flops(op)
+        elif op.type in MATMUL_OPS:
+            total += tf_ops.get_stats_for_node_def(graph, op.node_def, "flops").value
+    return total
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("name, overrides", [
+    ("quadratic", {"num_layers": 1, "hidden_dim": 24, "intermediate_dim": 40, "image_size": 8}),
+    ("gaussian_pruned", {"num_layers": 2, "num_heads": (3, 1), "hidden_dim": 16, "image_size": 8}),
+    ("learned_content", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 8}),
+    ("resnet10", {"image_size": 16}),
+])
+def test_analytical_count_matches_tensorflow_statistics(name, overrides):
+    model = build_model(name, **overrides)
+    # Per image = the cost of one more image: work shared by the batch cancels out.
+    per_image = graph_matmul_flops(model, 2) - graph_matmul_flops(model, 1)
+    assert count_flops(model).total == per_image
+
+
+def test_paper_convention_reproduces_table_1():
+    # Table 1 counts products with weights only (2 FLOPs per multiply-add).
+    expected = {"resnet18": 1.1, "quadratic": 6.2, "learned": 6.2, "learned_content": 15.0}
+    for name, billions in expected.items():
+        np.testing.assert_allclose(count_flops(build_model(name)).linear / 1e9, billions, rtol=0.02)

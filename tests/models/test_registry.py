@@ -1,0 +1,117 @@
+"""Specifications of the model zoo: paper sizes, every model trains/saves/reloads, bad input."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_attnconv
+from keras_attnconv.models.summary import trainable_parameters
+
+PAPER_SIZES = {"quadratic": 12.1, "gaussian": 12.1, "gaussian_pruned": 9.7, "learned": 12.3,
+               "learned_content": 29.5, "resnet18": 11.2, "resnet10": 4.9}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_SIZES))
+def test_parameter_count_within_one_percent_of_the_paper(name):
+    params = trainable_parameters(keras_attnconv.build_model(name)) / 1e6
+    assert params == pytest.approx(PAPER_SIZES[name], rel=0.01)
+    assert keras_attnconv.get_paper_figures(name).params_millions == PAPER_SIZES[name]
+
+
+def test_pruned_model_has_the_appendix_e_heads():
+    model = keras_attnconv.build_model("gaussian_pruned")
+    heads = [layer.attention.num_heads for layer in model.layers if hasattr(layer, "attention")]
+    assert heads == [7, 5, 8, 7, 3, 9]  # [2, 4, 1, 2, 6, 0] of 9 pruned
+
+
+def small_overrides(name):
+    """Shrinks any registered model to a few thousand parameters on 8x8 images."""
+    config = keras_attnconv.get_model_config(name)
+    if isinstance(config, keras_attnconv.models.ResNetConfig):
+        return {"image_size": 8, "widths": (8,) * len(config.widths)}
+    overrides = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
+    if isinstance(config.num_heads, tuple):
+        overrides["num_heads"] = config.num_heads[:2]
+    if config.position_embedding_dim:
+        overrides["position_embedding_dim"] = 8
+    return overrides
+
+
+@pytest.fixture(params=keras_attnconv.list_models())
+def small_model(request):
+    return request.param, keras_attnconv.build_model(request.param, seed=3, **small_overrides(request.param))
+
+
+def batch(size=4, image_size=8):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(size, image_size, image_size, 3)).astype("float32"), rng.integers(0, 10, size)
+
+
+def test_every_model_takes_a_jit_compiled_fit_step(small_model):
+    _, model = small_model
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    before = [w.copy() for w in model.get_weights()]
+    x, y = batch()
+    history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def test_every_model_saves_and_reloads_identically(small_model, tmp_path):
+    name, model = small_model
+    path = tmp_path / f"{name}.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    x, _ = batch()
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+
+
+def test_every_model_is_reproducible_with_a_seed(small_model):
+    name, model = small_model
+    again = keras_attnconv.build_model(name, seed=3, **small_overrides(name))
+    for first, second in zip(model.get_weights(), again.get_weights()):
+        np.testing.assert_array_equal(first, second)
+    other = keras_attnconv.build_model(name, seed=4, **small_overrides(name))
+    assert any(not np.array_equal(a, b) for a, b in zip(model.get_weights(), other.get_weights()))
+
+
+@pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
+def test_cifar100_and_other_image_sizes(name):
+    model = keras_attnconv.build_model(name, num_classes=100, image_size=24)
+    assert tuple(model.input_shape) == (None, 24, 24, 3)
+    assert tuple(model.output_shape) == (None, 100)
+    assert model.output.dtype == "float32"
+
+
+def test_mixed_precision_model_outputs_float32_logits():
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    model = keras_attnconv.build_model("quadratic_tiny", **small_overrides("quadratic_tiny"))
+    logits = model(batch()[0])
+    assert logits.dtype == "float32"
+    assert np.isfinite(ops.convert_to_numpy(logits)).all()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: keras_attnconv.build_model("quadratc"), "Did you mean 'quadratic'.*name='quadratc'"),
+    (lambda: keras_attnconv.build_model("resnet"), "Did you mean 'resnet18' or 'resnet10'"),
+    (lambda: keras_attnconv.build_model("quadratic", num_layer=3), "Did you mean 'num_layers'.*num_layer=3"),
+    (lambda: keras_attnconv.build_model("quadratic", image_size=31), "multiple of.*image_size=31"),
+    (lambda: keras_attnconv.build_model("quadratic", num_classes=1), "num_classes=1"),
+    (lambda: keras_attnconv.build_model("resnet18", num_classes=1), "num_classes=1"),
+    (lambda: keras_attnconv.build_model("quadratic", num_layers=0), "num_layers=0"),
+    (lambda: keras_attnconv.build_model("quadratic", dropout=1.0), "dropout=1.0"),
+    (lambda: keras_attnconv.build_model("gaussian_pruned", num_layers=2), "one per layer.*num_heads=\\(7, 5"),
+    (lambda: keras_attnconv.build_model("quadratic", position_score="sinus"), "position_score='sinus'"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_registry_lists_every_paper_configuration():
+    names = keras_attnconv.list_models()
+    for name in ("resnet18", "resnet10", "quadratic", "gaussian", "gaussian_pruned", "learned",
+                 "learned_content", "quadratic_16heads", "quadratic_tiny"):
+        assert name in names
