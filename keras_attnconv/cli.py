@@ -19,6 +19,69 @@ def _list(args):
     return 0
 
 
+def _describe_default(field):
+    import dataclasses
+
+    if field.default_factory is not dataclasses.MISSING:
+        return repr(field.default_factory())
+    return repr(field.default)
+
+
+def _parse_value(text):
+    """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    if text.lower() in ("none", "null"):
+        return None
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _train(args):
+    import dataclasses
+    import json
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_attnconv.training import TrainConfig, load_recipe, train
+
+    overrides = {f.name: _parse_value(getattr(args, f.name)) for f in dataclasses.fields(TrainConfig)
+                 if getattr(args, f.name) is not None}
+    if args.recipe:
+        config = load_recipe(args.recipe, **overrides)
+    else:
+        config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
+                                       source="command-line")
+    metrics = train(config)
+    summary = {k: metrics[k] for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
+                                        "train_images_per_second", "optimizer_steps")}
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _export(args):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_attnconv.export import export_registered, paper_configurations
+
+    if args.all:
+        names = paper_configurations()
+    elif args.model or args.run:
+        names = [args.model]
+    else:
+        raise SystemExit("attnconv export: give --model NAME, --run RUN_DIR or --all")
+    for name in names:
+        path = export_registered(name, args.export_dir, run_dir=args.run, version=args.version,
+                                 jit_compile=args.jit_compile)
+        print(path)
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="attnconv",
@@ -28,6 +91,30 @@ def build_parser():
     listing = commands.add_parser("list", help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
     listing.set_defaults(handler=_list)
+
+    import dataclasses
+
+    from keras_attnconv.training import TrainConfig
+
+    training = commands.add_parser(
+        "train", help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
+        description="Train a configuration. Every recipe field can be overridden: --epochs 3, "
+                    "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
+    )
+    training.add_argument("--recipe", help="recipe TOML file (default: Table 2 values)")
+    for field in dataclasses.fields(TrainConfig):
+        training.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, metavar="VALUE",
+                              help=f"recipe field {field.name} (default {_describe_default(field)})")
+    training.set_defaults(handler=_train)
+
+    exporting = commands.add_parser("export", help="write TF Serving SavedModels to saved_models/<model>/<version>/")
+    exporting.add_argument("--model", help="registered model name (initial weights unless --run is given)")
+    exporting.add_argument("--run", help="training run directory whose best checkpoint is exported")
+    exporting.add_argument("--all", action="store_true", help="export every paper configuration")
+    exporting.add_argument("--version", type=int, help="version number (default: the next free one)")
+    exporting.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
+    exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
+    exporting.set_defaults(handler=_export)
     return parser
 
 

@@ -17,13 +17,11 @@ per-axis shift tables of shape (H, H) and (W, W), so nothing of size
 autocast, so scores stay float32 under mixed precision.
 """
 
-import difflib
-
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.validation import check_positive_int, grid_size
+from keras_attnconv.layers.validation import check_positive_int, closest_names, grid_size
 
 # Centres are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
 PAPER_CENTER_STDDEV = 2.0**0.5
@@ -446,11 +444,6 @@ POSITION_SCORES = {
     "gaussian": GaussianScore,
     "learned": LearnedRelativeScore,
 }
-
-
-def closest_names(name, candidates):
-    """Names in `candidates` closest to `name`, for 'did you mean' messages."""
-    return difflib.get_close_matches(str(name), list(candidates), n=3, cutoff=0.3)
 
 
 def get_position_score(identifier, num_heads, **kwargs):

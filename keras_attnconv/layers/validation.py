@@ -1,4 +1,6 @@
-"""Argument and shape checks shared by the layers, with Keras-style messages."""
+"""Argument and shape checks shared by the package, with Keras-style messages."""
+
+import difflib
 
 import numpy as np
 
@@ -24,3 +26,8 @@ def grid_size(input_shape):
             f"(attention over pixels needs static shapes). Received: input_shape={input_shape}"
         )
     return int(height), int(width)
+
+
+def closest_names(name, candidates):
+    """Names in `candidates` closest to `name`, for 'did you mean' messages."""
+    return difflib.get_close_matches(str(name), list(candidates), n=3, cutoff=0.3)

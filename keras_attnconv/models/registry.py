@@ -4,7 +4,7 @@ import dataclasses
 
 import keras
 
-from keras_attnconv.layers.position_scores import closest_names
+from keras_attnconv.layers.validation import closest_names
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.resnet import ResNetConfig
 

@@ -1,0 +1,133 @@
+"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, throughput."""
+
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+
+def write_atomically(path, write):
+    """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path, data):
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+
+
+class ResumableBackup(keras.callbacks.Callback):
+    """Saves the training state after every epoch so that a killed run resumes where it stopped.
+
+    Like `keras.callbacks.BackupAndRestore`, but each state (model weights,
+    optimizer variables and epoch) is written to a fresh directory and only then
+    published by atomically replacing ``latest.json``: a kill at any moment
+    leaves the previous complete state in place, never a half-written or
+    mismatched one. Call `restore` before ``fit`` and pass the epoch it returns
+    as ``initial_epoch``.
+
+    Args:
+        backup_dir: directory of the states.
+        keep: number of states kept.
+    """
+
+    def __init__(self, backup_dir, keep=2):
+        super().__init__()
+        self.backup_dir = Path(backup_dir)
+        self.keep = keep
+
+    @property
+    def _pointer(self):
+        return self.backup_dir / "latest.json"
+
+    def restore(self, model):
+        """Loads the latest complete state into `model`; returns its epoch (0 if none)."""
+        if not self._pointer.exists():
+            return 0
+        latest = json.loads(self._pointer.read_text())
+        state = self.backup_dir / latest["directory"]
+        optimizer = model.optimizer
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        model.load_weights(state / "model.weights.h5")
+        with np.load(state / "optimizer.npz") as saved:
+            values = [saved[f"v{i}"] for i in range(len(saved.files))]
+        if len(values) != len(optimizer.variables):
+            raise ValueError(f"The backup in {state} has {len(values)} optimizer variables but the optimizer has "
+                             f"{len(optimizer.variables)}: it belongs to a different configuration.")
+        for variable, value in zip(optimizer.variables, values):
+            variable.assign(value)
+        return int(latest["epoch"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        directory = f"epoch-{epoch + 1:05d}"
+        state = self.backup_dir / directory
+        partial = self.backup_dir / f".{directory}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        self.model.save_weights(partial / "model.weights.h5")
+        arrays = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self.model.optimizer.variables)}
+        np.savez(partial / "optimizer.npz", **arrays)
+        shutil.rmtree(state, ignore_errors=True)
+        os.replace(partial, state)
+        write_json(self._pointer, {"epoch": epoch + 1, "directory": directory})
+        states = sorted(p for p in self.backup_dir.glob("epoch-*") if p.is_dir())
+        for old in states[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class BestCheckpoint(keras.callbacks.Callback):
+    """Saves the model (``.keras``) whenever `monitor` improves, atomically.
+
+    The best value so far is kept in ``<filepath>.json`` beside the model, so
+    a resumed run keeps comparing against it.
+    """
+
+    def __init__(self, filepath, monitor="val_accuracy", mode="max"):
+        super().__init__()
+        self.filepath = Path(filepath)
+        self.monitor = monitor
+        self.better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+        self.record = self.filepath.with_suffix(".json")
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        best = json.loads(self.record.read_text())[self.monitor] if self.record.exists() else None
+        if best is None or self.better(float(value), best):
+            write_atomically(self.filepath, lambda tmp: self.model.save(tmp))
+            write_json(self.record, {self.monitor: float(value), "epoch": epoch + 1})
+
+
+class Throughput(keras.callbacks.Callback):
+    """Measures training images per second per epoch (the first epoch includes compilation)."""
+
+    def __init__(self, images_per_epoch):
+        super().__init__()
+        self.images_per_epoch = images_per_epoch
+        self.epoch_seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_seconds.append(time.perf_counter() - self._start)
+
+    @property
+    def images_per_second(self):
+        """Median over epochs after the first (compilation) when there are any."""
+        seconds = self.epoch_seconds[1:] or self.epoch_seconds
+        return self.images_per_epoch / statistics.median(seconds) if seconds else None

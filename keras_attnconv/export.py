@@ -1,0 +1,229 @@
+"""SavedModel export for TF Serving: ``saved_models/<model>/<version>/``.
+
+The serving signature (``serving_default``) takes ``images``: uint8
+``[batch, H, W, 3]`` and returns ``probabilities`` (float32 ``[batch, classes]``),
+``classes`` (int64 ``[batch]``) and ``class_names`` (string ``[batch]``). The
+per-channel normalisation is inside the graph, so clients send raw pixels.
+
+Each version directory is written under a temporary name and renamed into
+place at the end, so TF Serving never sees half an export; an existing
+version is never overwritten. ``saved_models/models.config`` lists every
+exported model for ``--model_config_file``; ``assets.extra/`` holds the
+warm-up requests TF Serving replays at load time and ``metadata.json``.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_attnconv import __version__
+from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+WARMUP_BATCH_SIZES = (1, 8)
+
+
+def float32_copy(model):
+    """The same model rebuilt in float32 with the same weights (mixed precision removed)."""
+
+    def strip(config):
+        if isinstance(config, dict):
+            if config.get("class_name") == "DTypePolicy" and str(config["config"]["name"]).startswith("mixed_"):
+                return {**config, "config": {**config["config"], "name": "float32"}}
+            return {key: strip(value) for key, value in config.items()}
+        if isinstance(config, list):
+            return [strip(value) for value in config]
+        return config
+
+    clone = model.__class__.from_config(strip(model.get_config()))
+    clone.set_weights(model.get_weights())
+    return clone
+
+
+def next_version(model_dir):
+    """1 + the largest numeric version under `model_dir` (1 if none)."""
+    versions = [int(p.name) for p in Path(model_dir).glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def write_models_config(export_root, base_path="/models"):
+    """Writes ``models.config`` (TF Serving text proto) listing every model under `export_root`."""
+    export_root = Path(export_root)
+    names = sorted(p.name for p in export_root.iterdir()
+                   if p.is_dir() and any(v.is_dir() and v.name.isdigit() for v in p.iterdir()))
+    entries = "".join(
+        f'  config {{\n    name: "{name}"\n    base_path: "{base_path}/{name}"\n'
+        f'    model_platform: "tensorflow"\n    model_version_policy {{ all {{}} }}\n  }}\n'
+        for name in names
+    )
+    path = export_root / "models.config"
+    tmp = path.with_name(".models.config.tmp")
+    tmp.write_text(f"model_config_list {{\n{entries}}}\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _serving_function(model, class_names, mean, std):
+    import tensorflow as tf
+
+    mean = tf.constant(mean, tf.float32)
+    std = tf.constant(std, tf.float32)
+    names = tf.constant(list(class_names), tf.string)
+
+    def serve(images):
+        pixels = (tf.cast(images, tf.float32) / 255.0 - mean) / std
+        logits = tf.cast(model(pixels, training=False), tf.float32)
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        classes = tf.argmax(probabilities, axis=-1, output_type=tf.int64)
+        return {"probabilities": probabilities, "classes": classes, "class_names": tf.gather(names, classes)}
+
+    return serve
+
+
+def _write_warmup(version_dir, model_name, image_shape):
+    """TF Serving warm-up records (PredictionLog protos) built with tensorflow-serving-api."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    path = version_dir / "assets.extra" / WARMUP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for batch in WARMUP_BATCH_SIZES:
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name="serving_default"))
+            images = rng.integers(0, 256, (batch, *image_shape), dtype=np.uint8)
+            request.inputs["images"].CopyFrom(tf.make_tensor_proto(images))
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return path
+
+
+def export_saved_model(model, export_dir, *, version=None, class_names=None, jit_compile=False,
+                       model_name=None, mean=CIFAR10_MEAN, std=CIFAR10_STD, metadata=None, warmup=True):
+    """Exports `model` for TF Serving as ``export_dir/<model_name>/<version>/``.
+
+    Args:
+        model: a Keras model from images (normalised float) to logits.
+        export_dir: export root (``saved_models``); ``models.config`` is
+            rewritten there.
+        version: int or None (next free version). An existing version is
+            never overwritten: FileExistsError.
+        class_names: names of the classes (default: CIFAR-10's when the model
+            has 10 outputs, else the class indices).
+        jit_compile: export an XLA-compiled serving function instead of a
+            plain graph.
+        model_name: directory name (default: ``model.name``).
+        mean, std: per-channel normalisation applied inside the graph.
+        metadata: extra JSON-serializable fields for ``metadata.json``.
+        warmup: write ``assets.extra/tf_serving_warmup_requests`` (needs the
+            ``serving`` extra, tensorflow-serving-api).
+
+    Returns:
+        The path of the version directory.
+    """
+    import tensorflow as tf
+
+    model_name = model_name or model.name
+    num_classes = int(model.output_shape[-1])
+    if class_names is None:
+        class_names = CIFAR10_CLASSES if num_classes == 10 else [str(i) for i in range(num_classes)]
+    if len(class_names) != num_classes:
+        raise ValueError(f"`class_names` must have one name per output ({num_classes}). "
+                         f"Received: {len(class_names)} names")
+    model_dir = Path(export_dir) / model_name
+    version = next_version(model_dir) if version is None else version
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"`version` must be a positive integer. Received: version={version!r}")
+    target = model_dir / str(version)
+    if target.exists():
+        raise FileExistsError(f"{target} exists: versions are never overwritten. Pass another version.")
+
+    serving_model = float32_copy(model)
+    image_shape = tuple(int(d) for d in serving_model.input_shape[1:])
+    staging = model_dir / f".tmp-{version}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(serving_model)
+        archive.add_endpoint(
+            "serving_default",
+            _serving_function(serving_model, class_names, mean, std),
+            input_signature=[tf.TensorSpec((None, *image_shape), tf.uint8, name="images")],
+            jit_compile=jit_compile,
+        )
+        archive.write_out(str(staging), verbose=False)
+        if warmup:
+            _write_warmup(staging, model_name, image_shape)
+        info = {
+            "model": model_name,
+            "version": version,
+            "signature": {"inputs": {"images": ["uint8", [None, *image_shape]]},
+                          "outputs": {"probabilities": ["float32", [None, num_classes]],
+                                      "classes": ["int64", [None]], "class_names": ["string", [None]]}},
+            "class_names": list(class_names),
+            "normalization": {"mean": list(mean), "std": list(std)},
+            "trainable_parameters": int(sum(np.prod(w.shape) for w in serving_model.trainable_weights)),
+            "jit_compile": jit_compile,
+            "keras_attnconv_version": __version__,
+            **(metadata or {}),
+        }
+        (staging / "assets.extra").mkdir(exist_ok=True)
+        (staging / "assets.extra" / "metadata.json").write_text(json.dumps(info, indent=2) + "\n")
+        os.rename(staging, target)  # atomic: TF Serving sees all of the version or none of it
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_models_config(export_dir)
+    return target
+
+
+def paper_configurations():
+    """Registered names that reproduce a row of the paper (not our small variants)."""
+    from keras_attnconv.models import get_paper_figures, list_models
+
+    return [name for name in list_models() if get_paper_figures(name).source != "ours"]
+
+
+def export_registered(name=None, export_dir="saved_models", *, run_dir=None, version=None, jit_compile=False):
+    """Exports a registered model with initial weights, or a training run's best checkpoint.
+
+    Args:
+        name: a registered model name; with `run_dir`, defaults to the run's model.
+        export_dir: export root.
+        run_dir: a `attnconv train` run directory; its ``checkpoints/best.keras``
+            is exported and its metrics go into the metadata.
+        version, jit_compile: see `export_saved_model`.
+    """
+    from keras_attnconv.data import dataset_info
+    from keras_attnconv.models import build_model
+
+    if run_dir is None:
+        if name is None:
+            raise ValueError("Give a model name or a training run directory.")
+        model = build_model(name)
+        metadata = {"weights": "initial (untrained): built by build_model, not trained"}
+        info = dataset_info("cifar10")
+    else:
+        run_dir = Path(run_dir)
+        config_path, checkpoint = run_dir / "config.json", run_dir / "checkpoints" / "best.keras"
+        if not config_path.exists() or not checkpoint.exists():
+            raise FileNotFoundError(f"{run_dir} is not a finished training run (needs config.json and "
+                                    f"checkpoints/best.keras). Received: run_dir={str(run_dir)!r}")
+        config = json.loads(config_path.read_text())
+        name = name or config["model"]
+        model = keras.saving.load_model(checkpoint, compile=False)
+        metrics_path = run_dir / "metrics.json"
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
+        best = json.loads((run_dir / "checkpoints" / "best.json").read_text())
+        metadata = {"weights": "trained: best validation checkpoint", "training_run": str(run_dir.resolve()),
+                    "training_config": config, "best_val_accuracy": best.get("val_accuracy"),
+                    "best_epoch": best.get("epoch"), "eval_accuracy": metrics.get("eval_accuracy"),
+                    "eval_split": metrics.get("eval_split")}
+        info = dataset_info(config["dataset"])
+    return export_saved_model(model, export_dir, version=version, jit_compile=jit_compile, model_name=name,
+                              class_names=info.class_names, mean=info.mean, std=info.std, metadata=metadata)

@@ -1,0 +1,98 @@
+"""Specifications of the data pipeline: embedded sample, local .npz, tfds without download, augmentation."""
+
+import numpy as np
+import pytest
+
+from keras_attnconv import data
+
+
+def first_batch(dataset):
+    images, labels = next(iter(dataset))
+    return images.numpy(), labels.numpy()
+
+
+def test_embedded_sample_is_real_balanced_cifar10():
+    x_train, y_train = data.load_arrays("cifar10_sample", "train")
+    x_val, y_val = data.load_arrays("cifar10_sample", "validation")
+    assert x_train.shape == (2500, 32, 32, 3) and x_val.shape == (500, 32, 32, 3)
+    assert x_train.dtype == np.uint8
+    assert np.bincount(y_train).tolist() == [250] * 10
+    assert np.bincount(y_val).tolist() == [50] * 10
+    assert 60 < x_train.mean() < 180 and x_train.std() > 40  # natural images, not noise or zeros
+
+
+def test_evaluation_split_is_normalised_and_neither_shuffled_nor_augmented():
+    info = data.dataset_info("cifar10_sample")
+    images, labels = first_batch(data.load_dataset("cifar10_sample", "validation", batch_size=16))
+    x, y = data.load_arrays("cifar10_sample", "validation")
+    np.testing.assert_allclose(images, data.normalize_numpy(x[:16], info), atol=1e-6)
+    np.testing.assert_array_equal(labels, y[:16])
+
+
+def test_training_pipeline_is_deterministic_with_a_seed_and_varies_across_epochs():
+    def make():
+        return data.load_dataset("cifar10_sample", "train", batch_size=32, seed=7)
+
+    first, again = first_batch(make()), first_batch(make())
+    np.testing.assert_array_equal(first[0], again[0])
+    dataset = make()
+    epoch_one, epoch_two = first_batch(dataset), first_batch(dataset)
+    assert not np.array_equal(epoch_one[0], epoch_two[0])
+    assert first[0].shape == (32, 32, 32, 3) and first[0].dtype == np.float32
+
+
+def test_augmentation_is_a_padded_crop_with_optional_flip(tmp_path):
+    rng = np.random.default_rng(0)
+    image = rng.integers(1, 255, (1, 32, 32, 3), dtype=np.uint8)  # no zero pixel in the original
+    path = tmp_path / "one.npz"
+    np.savez(path, x=np.repeat(image, 64, axis=0), y=np.zeros(64, int))
+    info = data.dataset_info(str(path))
+    augmented, _ = first_batch(data.load_dataset(str(path), "train", batch_size=64, seed=1))
+    padded = np.pad(data.normalize_numpy(image, info)[0], ((4, 4), (4, 4), (0, 0)),
+                    constant_values=0)
+    padded = np.where(np.pad(np.ones((32, 32, 3)), ((4, 4), (4, 4), (0, 0))) == 1, padded,
+                      data.normalize_numpy(np.zeros((1, 1, 1, 3), np.uint8), info)[0, 0, 0])
+    seen_flip = seen_shift = False
+    for sample in augmented:
+        matches = [(dy, dx, flip) for dy in range(9) for dx in range(9) for flip in (False, True)
+                   if np.allclose((padded[:, ::-1] if flip else padded)[dy:dy + 32, dx:dx + 32], sample, atol=1e-5)]
+        assert matches, "an augmented image must be a 32x32 crop of the padded (and maybe flipped) image"
+        seen_flip |= any(flip for _, _, flip in matches)
+        seen_shift |= any((dy, dx) != (4, 4) for dy, dx, _ in matches)
+    assert seen_flip and seen_shift
+
+
+def test_local_npz_with_splits(tmp_path):
+    path = tmp_path / "mine.npz"
+    rng = np.random.default_rng(1)
+    np.savez(path, x_train=rng.integers(0, 255, (10, 8, 8, 3), dtype=np.uint8), y_train=np.arange(10) % 3,
+             x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), y_test=np.arange(4) % 3)
+    images, labels = first_batch(data.load_dataset(str(path), "test", batch_size=4))
+    assert images.shape == (4, 8, 8, 3) and labels.tolist() == [0, 1, 2, 0]
+    assert data.dataset_info(str(path)).num_classes == 3
+    with pytest.raises(ValueError, match="split='validation'"):
+        data.load_dataset(str(path), "validation", batch_size=4)
+
+
+def test_bad_npz_contents_are_rejected(tmp_path):
+    path = tmp_path / "floats.npz"
+    np.savez(path, x=np.zeros((4, 8, 8, 3), "float32"), y=np.zeros(4, int))
+    with pytest.raises(ValueError, match="uint8"):
+        data.load_arrays(str(path), "train")
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        data.load_arrays(str(tmp_path / "missing.npz"), "train")
+
+
+def test_missing_tfds_data_without_download_names_the_data_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"data_dir='{tmp_path}'.*download=True"):
+        data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=False)
+
+
+def test_unknown_dataset_is_named_with_a_suggestion():
+    with pytest.raises(ValueError, match="Did you mean 'cifar10'.*name='cifar11'"):
+        data.load_dataset("cifar11", "train", batch_size=8)
+
+
+def test_bad_batch_size_is_named():
+    with pytest.raises(ValueError, match="batch_size=0"):
+        data.load_dataset("cifar10_sample", "train", batch_size=0)

@@ -1,0 +1,21 @@
+"""The quickstart notebook runs from top to bottom and learns."""
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+NOTEBOOK = Path(__file__).parents[1] / "training" / "notebooks" / "quickstart.ipynb"
+
+
+def test_quickstart_notebook_executes(monkeypatch):
+    matplotlib.use("Agg")
+    monkeypatch.setenv("QUICKSTART_EPOCHS", "1")
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    namespace = {}
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}", "exec"), namespace)
+    assert set(namespace["history"].history) >= {"loss", "val_loss", "accuracy", "val_accuracy"}
+    assert namespace["accuracy"] > 0.12  # above chance after one epoch on real images
+    assert len(namespace["figure"].axes) == 2

@@ -1,0 +1,67 @@
+"""Specifications of the Table 2 optimisation: warm-up + cosine schedule, coupled L2 weight decay."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
+
+
+def lr(schedule, step):
+    return float(ops.convert_to_numpy(schedule(step)))
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero():
+    schedule = WarmupCosineDecay(0.1, total_steps=1000, warmup_steps=50)
+    assert lr(schedule, 0) == 0.0
+    assert lr(schedule, 25) == pytest.approx(0.05)
+    assert lr(schedule, 50) == pytest.approx(0.1)  # end of warm-up: the peak
+    assert lr(schedule, 525) == pytest.approx(0.05, rel=1e-5)  # half-way through the cosine
+    assert lr(schedule, 1000) == pytest.approx(0.0, abs=1e-9)  # last step
+    assert lr(schedule, 2000) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_schedule_serializes():
+    schedule = WarmupCosineDecay(0.1, total_steps=100, warmup_steps=5)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert clone.get_config() == schedule.get_config()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"peak_learning_rate": 0.0, "total_steps": 10}, "peak_learning_rate=0.0"),
+    ({"peak_learning_rate": 0.1, "total_steps": 0}, "total_steps=0"),
+    ({"peak_learning_rate": 0.1, "total_steps": 10, "warmup_steps": 10}, "warmup_steps=10"),
+])
+def test_schedule_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WarmupCosineDecay(**kwargs)
+
+
+def test_weight_decay_is_l2_added_to_the_gradient_before_momentum():
+    # Hand-computed torch.optim.SGD(lr, momentum=0.9, weight_decay=0.1) with a changing learning rate.
+    schedule = WarmupCosineDecay(0.5, total_steps=4, warmup_steps=2)
+    optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=0.1)
+    w0 = np.array([1.0, -2.0, 3.0], "float32")
+    variable = keras.Variable(w0)
+    gradients = [np.array([0.5, 0.5, -1.0], "float32"), np.array([-0.2, 0.1, 0.3], "float32"),
+                 np.array([0.05, -0.4, 0.2], "float32")]
+    w, buffer = w0.astype("float64"), np.zeros(3)
+    for step, gradient in enumerate(gradients):
+        optimizer.apply_gradients([(ops.convert_to_tensor(gradient), variable)])
+        learning_rate = 0.5 * step / 2 if step < 2 else 0.5 * 0.5 * (1 + math.cos(math.pi * (step - 2) / 2))
+        buffer = 0.9 * buffer + (gradient + 0.1 * w)
+        w = w - learning_rate * buffer
+    np.testing.assert_allclose(ops.convert_to_numpy(variable), w, rtol=1e-6)
+
+
+def test_optimizer_serializes_and_rejects_bad_values():
+    optimizer = CoupledWeightDecaySGD(0.1, momentum=0.8, weight_decay=5e-4)
+    clone = CoupledWeightDecaySGD.from_config(optimizer.get_config())
+    assert (clone.momentum, clone.l2_weight_decay) == (0.8, 5e-4)
+    with pytest.raises(ValueError, match="momentum=1.0"):
+        CoupledWeightDecaySGD(momentum=1.0)
+    with pytest.raises(ValueError, match="weight_decay=-1"):
+        CoupledWeightDecaySGD(weight_decay=-1)
