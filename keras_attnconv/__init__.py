@@ -3,7 +3,8 @@ Self-Attention and Convolutional Layers" (Cordonnier, Loukas, Jaggi, ICLR 2020).
 
 __version__ = "0.1.0"
 
-from keras_attnconv import layers, models
+from keras_attnconv import layers, models, optim
+from keras_attnconv.conversion import ConvolutionAsAttention, conv_to_attention
 from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
@@ -15,6 +16,7 @@ from keras_attnconv.layers import (
 from keras_attnconv.models import build_model, get_model_config, get_paper_figures, list_models
 
 __all__ = [
+    "ConvolutionAsAttention",
     "GaussianScore",
     "InvertibleDownsampling",
     "LearnedRelativeScore",
@@ -22,9 +24,11 @@ __all__ = [
     "RelativeMultiHeadAttention",
     "TransformerEncoderBlock",
     "build_model",
+    "conv_to_attention",
     "get_model_config",
     "get_paper_figures",
     "layers",
     "list_models",
     "models",
+    "optim",
 ]

@@ -82,6 +82,71 @@ def _export(args):
     return 0
 
 
+def _plot(args):
+    import json
+    import os
+    from pathlib import Path
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from keras_attnconv import viz
+    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+
+    run = Path(args.run)
+    checkpoint = run / "checkpoints" / "best.keras"
+    if not checkpoint.exists():
+        raise SystemExit(f"attnconv plot: {checkpoint} not found; --run must be a training run directory")
+    model = keras.saving.load_model(checkpoint, compile=False)
+    config = json.loads((run / "config.json").read_text())
+    info = dataset_info(config["dataset"])
+    out = run / "figures"
+    out.mkdir(exist_ok=True)
+    figures = {}
+    try:
+        figures["attention_centers"] = viz.plot_attention_centers(model)
+    except ValueError as error:
+        print(f"skipping centres: {error}")
+    if config["dataset"] != "cifar10" and config["dataset"] != "cifar100":
+        images, _ = load_arrays(config["dataset"], info.eval_split)
+        grid = viz._blocks(model)[0].input.shape[1:3]
+        query = (grid[0] // 2, grid[1] // 2)
+        figures["attention_maps"] = viz.plot_attention_maps(model, normalize_numpy(images[:1], info)[0], query)
+    history = viz.load_centers_history(run / "centers_history.npz")
+    if history:
+        figures["centers_history"] = viz.plot_centers_history(history)
+    for name, figure in figures.items():
+        figure.savefig(out / f"{name}.png", dpi=120)
+        print(out / f"{name}.png")
+    return 0
+
+
+def _convert(args):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import numpy as np
+
+    from keras_attnconv.conversion import conv_to_attention
+
+    keras.utils.set_random_seed(args.seed)
+    conv = keras.layers.Conv2D(args.filters, args.kernel_size, strides=args.strides, padding=args.padding,
+                               dilation_rate=args.dilation, bias_initializer="random_normal")
+    images = np.random.default_rng(args.seed).normal(size=(2, args.size, args.size, args.channels))
+    expected = keras.ops.convert_to_numpy(conv(images.astype("float32")))
+    attention = conv_to_attention(conv)
+    got = keras.ops.convert_to_numpy(attention(images.astype("float32")))
+    error = np.abs(got - expected).max()
+    print(f"Conv2D({args.filters}, {args.kernel_size}x{args.kernel_size}, strides={args.strides}, "
+          f"padding={args.padding!r}, dilation={args.dilation}) on {args.size}x{args.size}x{args.channels} -> "
+          f"attention with {attention.attention.num_heads} quadratic heads (alpha=100)")
+    print(f"output {got.shape}: max abs error {error:.3g}, relative {error / np.abs(expected).max():.3g}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="attnconv",
@@ -115,6 +180,21 @@ def build_parser():
     exporting.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
     exporting.set_defaults(handler=_export)
+
+    plotting = commands.add_parser("plot", help="write the attention figures of a training run as PNG")
+    plotting.add_argument("--run", required=True, help="training run directory")
+    plotting.set_defaults(handler=_plot)
+
+    converting = commands.add_parser("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
+    converting.add_argument("--kernel-size", type=int, default=3)
+    converting.add_argument("--filters", type=int, default=8)
+    converting.add_argument("--channels", type=int, default=4)
+    converting.add_argument("--size", type=int, default=16)
+    converting.add_argument("--strides", type=int, default=1)
+    converting.add_argument("--dilation", type=int, default=1)
+    converting.add_argument("--padding", choices=("same", "valid"), default="same")
+    converting.add_argument("--seed", type=int, default=0)
+    converting.set_defaults(handler=_convert)
     return parser
 
 

@@ -139,6 +139,17 @@ def _check_same_run(run_dir, resolved):
                          "Resume it with the same settings, or pass another --run-dir.")
 
 
+def _centre_tracking(model, run_dir):
+    """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
+    from keras_attnconv.viz import AttentionCentersHistory, layer_centers
+
+    try:
+        layer_centers(model)
+    except ValueError:  # no quadratic/gaussian attention in this model
+        return []
+    return [AttentionCentersHistory(run_dir / "centers_history.npz")]
+
+
 def train(config):
     """Trains `config` (a `TrainConfig`) and returns the final metrics dict.
 
@@ -208,6 +219,7 @@ def train(config):
                 keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
                 keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0),
                 throughput,
+                *_centre_tracking(model, run_dir),
             ],
         )
         loss, accuracy = model.evaluate(eval_data, verbose=0)

@@ -1,0 +1,124 @@
+"""Appendix E: remove degenerate Gaussian heads from a trained model.
+
+A head whose inverse covariance ``Sigma^{-1}`` is close to zero attends almost
+uniformly to the whole image, and one whose ``Sigma^{-1}`` is very
+ill-conditioned attends along a line; the paper prunes both kinds and then
+fine-tunes with the learning rate divided by 10. Pruning slices weights, it
+does not retrain: the kept heads compute exactly what they computed before.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attnconv.layers import GaussianScore, QuadraticScore, TransformerEncoderBlock
+
+#: Variables indexed by head, and the axis of the head index.
+_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPruning:
+    """What pruning did to one encoder block."""
+
+    layer: str
+    heads_before: int
+    pruned: tuple
+    reasons: dict
+
+    @property
+    def kept(self):
+        return tuple(h for h in range(self.heads_before) if h not in self.pruned)
+
+
+def _inverse_covariances(score):
+    if isinstance(score, GaussianScore):
+        return ops.convert_to_numpy(score.inverse_covariance()).astype("float64")
+    alpha = ops.convert_to_numpy(score.alpha).astype("float64")
+    return 2.0 * alpha[:, None, None] * np.eye(2)[None]
+
+
+def degenerate_heads(score, max_eigenvalue=1e-5, max_condition=1e5):
+    """Indices of degenerate heads of a Gaussian/quadratic score, with the reason for each."""
+    reasons = {}
+    for head, inverse in enumerate(_inverse_covariances(score)):
+        eigenvalues = np.abs(np.linalg.eigvalsh(inverse))
+        largest, smallest = eigenvalues.max(), eigenvalues.min()
+        if largest < max_eigenvalue:
+            reasons[head] = f"max eigenvalue of Sigma^-1 {largest:.3g} < {max_eigenvalue:g}"
+        elif smallest == 0 or largest / smallest > max_condition:
+            condition = np.inf if smallest == 0 else largest / smallest
+            reasons[head] = f"condition number {condition:.3g} > {max_condition:g}"
+    return reasons
+
+
+def _blocks(model):
+    return [layer for layer in model.layers if isinstance(layer, TransformerEncoderBlock)]
+
+
+def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
+    """Returns ``(pruned_model, report)`` with the degenerate heads of every block removed.
+
+    Args:
+        model: a functional model of `TransformerEncoderBlock`s with
+            position-only `GaussianScore` (or `QuadraticScore`) attention, such
+            as ``build_model("gaussian")``.
+        max_eigenvalue: a head whose ``Sigma^{-1}`` has all eigenvalues below
+            this attends (almost) uniformly: pruned.
+        max_condition: a head whose ``Sigma^{-1}`` has a larger condition
+            number is degenerate: pruned.
+
+    Returns:
+        The new model (weights sliced from `model`, not retrained) and a list
+        of `LayerPruning`, one per block. A block always keeps at least one
+        head (the most concentrated one) so that it still has an attention.
+    """
+    blocks = _blocks(model)
+    if not blocks:
+        raise ValueError(f"{model.name} has no TransformerEncoderBlock to prune.")
+    report = []
+    for block in blocks:
+        score = block.attention.position_score
+        if block.attention.uses_content or not isinstance(score, (GaussianScore, QuadraticScore)):
+            raise ValueError(f"Pruning applies to position-only Gaussian/quadratic heads; {block.name} has "
+                             f"{type(score).__name__} scores with content terms={block.attention.uses_content}.")
+        reasons = degenerate_heads(score, max_eigenvalue, max_condition)
+        if len(reasons) == block.attention.num_heads:
+            sharpest = int(np.argmax([np.linalg.eigvalsh(m).max() for m in _inverse_covariances(score)]))
+            reasons.pop(sharpest)
+        report.append(LayerPruning(block.name, block.attention.num_heads, tuple(sorted(reasons)), reasons))
+
+    config = model.get_config()
+    kept = {entry.layer: entry.kept for entry in report}
+    for layer_config in config["layers"]:
+        if layer_config["config"].get("name") in kept:
+            layer_config["config"]["num_heads"] = len(kept[layer_config["config"]["name"]])
+    pruned = model.__class__.from_config(config)
+    for old_layer in model.layers:
+        new_layer = pruned.get_layer(old_layer.name)
+        heads = kept.get(old_layer.name)
+        for new_variable, old_variable in zip(new_layer.weights, old_layer.weights):
+            value = ops.convert_to_numpy(old_variable)
+            axis = _HEAD_AXIS.get(old_variable.name)
+            if heads is not None and axis is not None:
+                value = np.take(value, heads, axis=axis)
+            new_variable.assign(value)
+    return pruned, report
+
+
+def compile_for_fine_tuning(model, total_steps, learning_rate=0.1, **compile_kwargs):
+    """Compiles a pruned model to continue training with the learning rate divided by 10 (Appendix E).
+
+    Uses the Table 2 optimiser (`CoupledWeightDecaySGD`, momentum 0.9, weight
+    decay 1e-4) with a cosine decay from ``learning_rate / 10`` over
+    `total_steps` and no warm-up.
+    """
+    from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
+
+    schedule = WarmupCosineDecay(learning_rate / 10, total_steps=total_steps, warmup_steps=0)
+    compile_kwargs.setdefault("loss", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    compile_kwargs.setdefault("metrics", ["accuracy"])
+    model.compile(optimizer=CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4), **compile_kwargs)
+    return model

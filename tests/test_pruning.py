@@ -1,0 +1,66 @@
+"""Appendix E pruning: exactly the degenerate heads go, the others compute what they did."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv import build_model
+from keras_attnconv.pruning import compile_for_fine_tuning, prune_degenerate_heads
+
+SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
+
+
+def degenerate_model():
+    model = build_model("gaussian_tiny", seed=0, **SMALL)
+    first = model.get_layer("encoder_0").attention.position_score
+    sqrt = ops.convert_to_numpy(first.inverse_sqrt_covariance).copy()
+    sqrt[1] = 1e-4 * np.eye(2)  # Sigma^-1 ~ 1e-8 I: uniform attention
+    sqrt[4] = np.diag([1.0, 1e-4])  # condition number 1e8: a line
+    first.inverse_sqrt_covariance.assign(sqrt)
+    second = model.get_layer("encoder_1").attention.position_score
+    sqrt = ops.convert_to_numpy(second.inverse_sqrt_covariance).copy()
+    sqrt[0] = np.diag([1.0, 1e-2])  # condition number 1e4: kept at the default 1e5
+    second.inverse_sqrt_covariance.assign(sqrt)
+    return model
+
+
+def test_prunes_exactly_the_degenerate_heads():
+    model = degenerate_model()
+    pruned, report = prune_degenerate_heads(model)
+    assert [entry.pruned for entry in report] == [(1, 4), ()]
+    assert "eigenvalue" in report[0].reasons[1] and "condition" in report[0].reasons[4]
+    assert [b.attention.num_heads for b in pruned.layers if hasattr(b, "attention")] == [7, 9]
+    per_head = 8 * 8 + 2 + 4  # output kernel block, centre, Sigma^{-1/2}
+    assert model.count_params() - pruned.count_params() == 2 * per_head
+
+
+def test_kept_heads_compute_what_they_computed():
+    model = degenerate_model()
+    pruned, _ = prune_degenerate_heads(model)
+    # The original with the pruned heads' output silenced is the same function as the pruned model.
+    attention = model.get_layer("encoder_0").attention
+    kernel = ops.convert_to_numpy(attention.output_kernel).copy()
+    kernel[[1, 4]] = 0.0
+    attention.output_kernel.assign(kernel)
+    x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(pruned(x)), ops.convert_to_numpy(model(x)), atol=1e-5)
+
+
+def test_threshold_arguments_decide():
+    _, report = prune_degenerate_heads(degenerate_model(), max_condition=1e3)
+    assert report[1].pruned == (0,)
+
+
+def test_rejects_models_without_gaussian_heads():
+    with pytest.raises(ValueError, match="no TransformerEncoderBlock"):
+        prune_degenerate_heads(build_model("resnet_tiny"))
+    with pytest.raises(ValueError, match="position-only Gaussian"):
+        prune_degenerate_heads(build_model("learned_tiny", **SMALL))
+
+
+def test_fine_tuning_uses_a_tenth_of_the_learning_rate():
+    pruned, _ = prune_degenerate_heads(degenerate_model())
+    compile_for_fine_tuning(pruned, total_steps=10, learning_rate=0.1)
+    assert float(ops.convert_to_numpy(pruned.optimizer.learning_rate)) == pytest.approx(0.01)  # step 0
+    loss = pruned.train_on_batch(np.zeros((2, 8, 8, 3), "float32"), np.array([0, 1]))
+    assert np.isfinite(loss[0] if isinstance(loss, list) else loss)
