@@ -111,7 +111,7 @@ def _plot(args):
         print(f"skipping centres: {error}")
     if config["dataset"] != "cifar10" and config["dataset"] != "cifar100":
         images, _ = load_arrays(config["dataset"], info.eval_split)
-        grid = viz._blocks(model)[0].input.shape[1:3]
+        grid = viz.encoder_blocks(model)[0].input.shape[1:3]
         query = (grid[0] // 2, grid[1] // 2)
         figures["attention_maps"] = viz.plot_attention_maps(model, normalize_numpy(images[:1], info)[0], query)
     history = viz.load_centers_history(run / "centers_history.npz")
@@ -144,6 +144,18 @@ def _convert(args):
           f"padding={args.padding!r}, dilation={args.dilation}) on {args.size}x{args.size}x{args.channels} -> "
           f"attention with {attention.attention.num_heads} quadratic heads (alpha=100)")
     print(f"output {got.shape}: max abs error {error:.3g}, relative {error / np.abs(expected).max():.3g}")
+    return 0
+
+
+def _bench(args):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_attnconv.bench import markdown_tables, run_benchmark
+
+    results = run_benchmark(quick=args.quick, output=args.output)
+    print(markdown_tables(results))
+    print(f"\nwrote {args.output} and {os.path.splitext(args.output)[0]}.md")
     return 0
 
 
@@ -195,6 +207,11 @@ def build_parser():
     converting.add_argument("--padding", choices=("same", "valid"), default="same")
     converting.add_argument("--seed", type=int, default=0)
     converting.set_defaults(handler=_convert)
+
+    benchmarking = commands.add_parser("bench", help="benchmark the fast attention path and the models' steps")
+    benchmarking.add_argument("--quick", action="store_true", help="small shapes, under a minute")
+    benchmarking.add_argument("--output", default="bench.json", help="JSON output (a .md table is written beside)")
+    benchmarking.set_defaults(handler=_bench)
     return parser
 
 

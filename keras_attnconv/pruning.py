@@ -13,10 +13,12 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers import GaussianScore, QuadraticScore, TransformerEncoderBlock
+from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.layers.encoder import encoder_blocks
 
 #: Variables indexed by head, and the axis of the head index.
-_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0}
+_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0,
+              "inverse_sqrt_variances": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +56,6 @@ def degenerate_heads(score, max_eigenvalue=1e-5, max_condition=1e5):
     return reasons
 
 
-def _blocks(model):
-    return [layer for layer in model.layers if isinstance(layer, TransformerEncoderBlock)]
-
-
 def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     """Returns ``(pruned_model, report)`` with the degenerate heads of every block removed.
 
@@ -75,9 +73,7 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
         of `LayerPruning`, one per block. A block always keeps at least one
         head (the most concentrated one) so that it still has an attention.
     """
-    blocks = _blocks(model)
-    if not blocks:
-        raise ValueError(f"{model.name} has no TransformerEncoderBlock to prune.")
+    blocks = encoder_blocks(model)
     report = []
     for block in blocks:
         score = block.attention.position_score

@@ -7,7 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers import GaussianScore, QuadraticScore, TransformerEncoderBlock
+from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.layers.encoder import encoder_blocks
 
 #: Radius (in standard deviations) of the circle holding probability p of a 2-D Gaussian.
 _CONTOURS = {0.5: np.sqrt(-2 * np.log(0.5)), 0.9: np.sqrt(-2 * np.log(0.1))}
@@ -19,15 +20,8 @@ def _pyplot():
     return plt
 
 
-def _blocks(model):
-    blocks = [layer for layer in model.layers if isinstance(layer, TransformerEncoderBlock)]
-    if not blocks:
-        raise ValueError(f"{model.name} has no TransformerEncoderBlock (no attention to plot).")
-    return blocks
-
-
 def _gaussian_blocks(model):
-    blocks = _blocks(model)
+    blocks = encoder_blocks(model)
     for block in blocks:
         if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore)):
             raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
@@ -84,7 +78,7 @@ def plot_attention_centers(model, extent=None, columns=3):
 
 def attention_probabilities(model, image):
     """Attention probabilities of every block for one normalised image: list of (heads, T, T)."""
-    blocks = _blocks(model)
+    blocks = encoder_blocks(model)
     inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
     block_inputs = inputs_model([np.asarray(image, "float32")[None]])
     block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
@@ -102,7 +96,7 @@ def plot_attention_maps(model, image, query):
     """
     plt = _pyplot()
     probabilities = attention_probabilities(model, image)
-    height, width = _blocks(model)[0].input.shape[1:3]
+    height, width = encoder_blocks(model)[0].input.shape[1:3]
     row, column = query
     if not (0 <= row < height and 0 <= column < width):
         raise ValueError(f"`query` must lie on the {height}x{width} attention grid. Received: query={query}")

@@ -116,3 +116,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
             "activation": keras.activations.serialize(self.activation),
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         }
+
+
+def encoder_blocks(model):
+    """The `TransformerEncoderBlock` layers of a model, in order; ValueError if it has none."""
+    blocks = [layer for layer in model.layers if isinstance(layer, TransformerEncoderBlock)]
+    if not blocks:
+        raise ValueError(f"{model.name} has no TransformerEncoderBlock (no attention layers).")
+    return blocks

@@ -69,6 +69,8 @@ class PositionScore(keras.layers.Layer):
 
     #: dimension of r_delta; subclasses set it (or compute it in __init__).
     encoding_dim = None
+    #: whether scores are a row term plus a column term (see `axis_scores`).
+    separable = False
 
     def __init__(self, num_heads, head_vectors=True, **kwargs):
         super().__init__(**kwargs)
@@ -97,7 +99,17 @@ class PositionScore(keras.layers.Layer):
 
     def position_scores(self, height, width):
         """``v_h^T r_delta`` for all heads and pixel pairs: (heads, H*W, H*W), float32."""
-        raise NotImplementedError
+        return combine_axis_scores(*self.axis_scores(height, width))
+
+    def axis_scores(self, height, width):
+        """Row and column scores, (heads, H, H) and (heads, W, W), of a separable score.
+
+        ``score(q, k) = row[h, q_row, k_row] + column[h, q_col, k_col]``, so the
+        softmax over the grid is the outer product of a row softmax and a
+        column softmax, which the attention uses to apply a head as a row pass
+        and a column pass.
+        """
+        raise NotImplementedError(f"{self.__class__.__name__} scores are not separable by axis.")
 
     def relative_encoding(self, height, width):
         """``r_delta`` for all pixel pairs: (H*W, H*W, encoding_dim), float32."""
@@ -181,6 +193,7 @@ class QuadraticScore(PositionScore):
     """
 
     encoding_dim = 3
+    separable = True
 
     def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
                  head_vectors=True, **kwargs):
@@ -218,13 +231,13 @@ class QuadraticScore(PositionScore):
         ones = ops.ones_like(alpha)
         return -alpha * ops.concatenate([ones, -2.0 * ops.convert_to_tensor(self.centers)], axis=-1)
 
-    def position_scores(self, height, width):
+    def axis_scores(self, height, width):
         self._require_head_vectors()
         alpha = ops.convert_to_tensor(self.alpha)[:, None, None]
         centers = ops.convert_to_tensor(self.centers)
         row = ops.square(axis_shifts(height)[None] - centers[:, 0, None, None])
         col = ops.square(axis_shifts(width)[None] - centers[:, 1, None, None])
-        return combine_axis_scores(-alpha * row, -alpha * col)
+        return -alpha * row, -alpha * col
 
     def relative_encoding(self, height, width):
         rows, cols = axis_shifts(height), axis_shifts(width)
@@ -258,6 +271,8 @@ class GaussianScore(PositionScore):
         center_stddev: float, std of the initial centres (paper: sqrt(2)).
         sigma_init_stddev: float, std of the noise added to the identity
             ``Sigma^{-1/2}`` at initialisation (paper: 0.01).
+        diagonal: bool, axis-aligned heads (diagonal ``Sigma^{-1/2}``): the
+            scores become separable by axis, which the attention's fast path uses.
         head_vectors: see `PositionScore`.
 
     Example:
@@ -268,7 +283,7 @@ class GaussianScore(PositionScore):
 
     encoding_dim = 5
 
-    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, sigma_init_stddev=0.01,
+    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, sigma_init_stddev=0.01, diagonal=False,
                  head_vectors=True, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         for name, value in (("center_stddev", center_stddev), ("sigma_init_stddev", sigma_init_stddev)):
@@ -276,6 +291,9 @@ class GaussianScore(PositionScore):
                 raise ValueError(f"`{name}` must be >= 0. Received: {name}={value}")
         self.center_stddev = float(center_stddev)
         self.sigma_init_stddev = float(sigma_init_stddev)
+        self.diagonal = bool(diagonal)
+        # Axis-aligned heads (diagonal covariance) are separable; full covariances are not.
+        self.separable = self.diagonal
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -284,8 +302,15 @@ class GaussianScore(PositionScore):
                 name="centers", shape=(self.num_heads, 2), dtype="float32", autocast=False,
                 initializer=keras.initializers.RandomNormal(stddev=self.center_stddev),
             )
-            identity = np.tile(np.eye(2, dtype="float32"), (self.num_heads, 1, 1))
             noise = keras.initializers.RandomNormal(stddev=self.sigma_init_stddev)
+            if self.diagonal:
+                # S_h = diag(s_h), Sigma_h^{-1} = diag(s_h^2), initialised 1 + N(0, sigma_init_stddev^2).
+                self.inverse_sqrt_variances = self.add_weight(
+                    name="inverse_sqrt_variances", shape=(self.num_heads, 2), dtype="float32", autocast=False,
+                    initializer=lambda shape, dtype=None: 1.0 + noise(shape, dtype),
+                )
+                return
+            identity = np.tile(np.eye(2, dtype="float32"), (self.num_heads, 1, 1))
             self.inverse_sqrt_covariance = self.add_weight(
                 name="inverse_sqrt_covariance", shape=(self.num_heads, 2, 2), dtype="float32",
                 autocast=False,
@@ -295,8 +320,20 @@ class GaussianScore(PositionScore):
     def inverse_covariance(self):
         """``Sigma_h^{-1} = S_h S_h^T`` as a tensor (heads, 2, 2)."""
         self._require_head_vectors()
+        if self.diagonal:
+            variances = ops.square(ops.convert_to_tensor(self.inverse_sqrt_variances))
+            return variances[:, :, None] * ops.eye(2, dtype="float32")[None]
         sqrt = ops.convert_to_tensor(self.inverse_sqrt_covariance)
         return ops.einsum("hij,hkj->hik", sqrt, sqrt)
+
+    def axis_scores(self, height, width):
+        if not self.diagonal:
+            return super().axis_scores(height, width)
+        inverse_variances = ops.square(ops.convert_to_tensor(self.inverse_sqrt_variances))
+        centers = ops.convert_to_tensor(self.centers)
+        row = ops.square(axis_shifts(height)[None] - centers[:, 0, None, None])
+        col = ops.square(axis_shifts(width)[None] - centers[:, 1, None, None])
+        return -0.5 * inverse_variances[:, 0, None, None] * row, -0.5 * inverse_variances[:, 1, None, None] * col
 
     @property
     def covariances(self):
@@ -305,6 +342,8 @@ class GaussianScore(PositionScore):
         return np.linalg.pinv(inverse)
 
     def position_scores(self, height, width):
+        if self.diagonal:
+            return super().position_scores(height, width)
         inverse = self.inverse_covariance()
         centers = ops.convert_to_tensor(self.centers)
         row = axis_shifts(height)[None] - centers[:, 0, None, None]  # (h, H, H)
@@ -327,7 +366,8 @@ class GaussianScore(PositionScore):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"center_stddev": self.center_stddev, "sigma_init_stddev": self.sigma_init_stddev})
+        config.update({"center_stddev": self.center_stddev, "sigma_init_stddev": self.sigma_init_stddev,
+                       "diagonal": self.diagonal})
         return config
 
 
@@ -353,6 +393,8 @@ class LearnedRelativeScore(PositionScore):
     >>> score(keras.ops.zeros((2, 8, 8, 4))).shape
     (9, 64, 64)
     """
+
+    separable = True
 
     def __init__(self, num_heads, embedding_dim, max_position=None,
                  embeddings_initializer=None, head_vectors=True, **kwargs):
@@ -403,12 +445,11 @@ class LearnedRelativeScore(PositionScore):
         return (ops.take(self.row_embeddings, row_index, axis=0),
                 ops.take(self.col_embeddings, col_index, axis=0))
 
-    def position_scores(self, height, width):
+    def axis_scores(self, height, width):
         self._require_head_vectors()
         rows, cols = self._axis_tables(height, width)
-        row_scores = ops.einsum("ikd,hd->hik", rows, self.row_head_vectors)
-        col_scores = ops.einsum("jld,hd->hjl", cols, self.col_head_vectors)
-        return combine_axis_scores(row_scores, col_scores)
+        return (ops.einsum("ikd,hd->hik", rows, self.row_head_vectors),
+                ops.einsum("jld,hd->hjl", cols, self.col_head_vectors))
 
     def relative_encoding(self, height, width):
         rows, cols = self._axis_tables(height, width)

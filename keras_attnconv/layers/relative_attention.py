@@ -57,6 +57,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dropout: float in [0, 1), dropout on attention probabilities.
         use_bias: bool, biases on the query/key projections and the output.
         kernel_initializer, bias_initializer: initializers of the projections.
+        separable: ``"auto"``, True or False. Position-only heads whose scores
+            are a row term plus a column term (quadratic, learned, diagonal
+            Gaussian) have probabilities ``R_h (x) C_h`` and are applied as a
+            row pass and a column pass, ``O(HW(H + W))`` instead of
+            ``O((HW)^2)`` per channel. "auto" uses that where it is cheaper;
+            False forces the general path (the eq. (8) reference). With
+            attention dropout the row and column links are dropped
+            independently. ``attention_mode`` reports the path taken.
 
     Call arguments:
         inputs: tensor (batch, H, W, C) with static H, W, C.
@@ -89,6 +97,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        separable="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -107,6 +116,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "`position_score` is required when use_content_position or use_position_bias is on. "
                 "Received: position_score=None"
             )
+        if separable not in ("auto", True, False):
+            raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
         if content_scale is not None and not content_scale > 0:
             raise ValueError(f"`content_scale` must be > 0 or None. Received: content_scale={content_scale}")
         self.num_heads = int(num_heads)
@@ -131,7 +142,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if needs_positions and not isinstance(position_score, str):
             self.position_score = get_position_score(position_score, self.num_heads)
             self._check_score_layer(self.position_score)
+        self.separable = separable
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
+        # The separable path drops row and column links independently, each with the rate that
+        # keeps a (query, key) link with probability 1 - dropout, as the general path does.
+        self.axis_dropout_layer = keras.layers.Dropout(1.0 - (1.0 - self.dropout) ** 0.5, dtype="float32")
+        self.attention_mode = None
 
     def _check_score_layer(self, layer):
         if layer.num_heads != self.num_heads:
@@ -151,8 +167,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """Whether the attention probabilities depend on the input."""
         return self.use_content_content or self.use_content_position or self.use_key_bias
 
+    def _mode(self, height, width):
+        """'content', 'position' (one (heads, T, T) probability tensor per call) or 'separable'."""
+        if self.uses_content:
+            return "content"
+        if self.separable is False:
+            return "position"
+        if not self.position_score.separable:
+            if self.separable is True:
+                raise ValueError(f"{type(self.position_score).__name__} scores are not separable by axis. "
+                                 "Received: separable=True")
+            return "position"
+        # Row + column passes cost H*W*(H + W) per channel and head; the full contraction (H*W)^2.
+        return "separable" if self.separable is True or height + width < height * width else "position"
+
     def build(self, input_shape):
-        grid_size(input_shape)  # validates rank and static height/width
+        height, width = grid_size(input_shape)
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
@@ -195,6 +225,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 )
         self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self._output_dim))
         self.output_bias = self._bias("output_bias", (self._output_dim,))
+        self.attention_mode = self._mode(height, width)
 
     def _kernel(self, name, shape):
         return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
@@ -214,7 +245,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self.use_position_bias:
             position = ops.cast(self.position_score.position_scores(height, width), "float32")
             if not self.uses_content:
-                return position
+                # Position-only: softmax is invariant to the row max, and subtracting it (with its
+                # gradient) keeps far-away centres' gradients exact, see `_position_softmax`.
+                return position - ops.max(position, axis=-1, keepdims=True)
         content = 0.0
         if self.use_content_content or self.use_content_position:
             # Scale the queries once instead of every (T x T) score matrix.
@@ -244,6 +277,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False):
         height, width = grid_size(inputs.shape)
+        if self._mode(height, width) == "separable":
+            return self._call_separable(inputs, height, width, training, return_attention_scores)
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
         probabilities = ops.softmax(self._scores(tokens, height, width), axis=-1)
         dropped = self.dropout_layer(probabilities, training=training)
@@ -257,6 +292,29 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             batch = ops.shape(inputs)[0]
             probabilities = ops.broadcast_to(probabilities[None], (batch, *probabilities.shape))
         return outputs, probabilities
+
+    def _call_separable(self, inputs, height, width, training, return_attention_scores):
+        """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""
+        row_scores, column_scores = self.position_score.axis_scores(height, width)
+        rows = _position_softmax(row_scores)  # (heads, H, H)
+        columns = _position_softmax(column_scores)  # (heads, W, W)
+        dtype = inputs.dtype
+        r = ops.cast(self.axis_dropout_layer(rows, training=training), dtype)
+        c = ops.cast(self.axis_dropout_layer(columns, training=training), dtype)
+        if self.values_first:
+            values = ops.einsum("bklc,hco->bklho", inputs, self.output_kernel)
+            outputs = ops.einsum("hjl,bilho->bijo", c, ops.einsum("hik,bklho->bilho", r, values))
+        else:
+            context = ops.einsum("hjl,bilhc->bijhc", c, ops.einsum("hik,bklc->bilhc", r, inputs))
+            outputs = ops.einsum("bijhc,hco->bijo", context, self.output_kernel)
+        if self.output_bias is not None:
+            outputs = outputs + self.output_bias
+        if not return_attention_scores:
+            return outputs
+        tokens = height * width
+        probabilities = ops.reshape(rows[:, :, None, :, None] * columns[:, None, :, None, :],
+                                    (self.num_heads, tokens, tokens))
+        return outputs, ops.broadcast_to(probabilities[None], (ops.shape(inputs)[0], *probabilities.shape))
 
     @property
     def values_first(self):
@@ -310,6 +368,19 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             "use_bias": self.use_bias,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "separable": self.separable,
         })
         return config
 
+
+def _position_softmax(scores):
+    """Softmax of position scores, float32, with the row maximum subtracted inside the graph.
+
+    Softmax does not change, but the gradient does numerically: for a head
+    centred far away, scores are ~-alpha*|Delta|^2 with slopes of ~alpha*|Delta|
+    per parameter, and float32's 1 - 6e-8 for a saturated probability would be
+    multiplied by them. After the subtraction the dominant score is exactly 0
+    with an exactly zero derivative.
+    """
+    scores = ops.cast(scores, "float32")
+    return ops.softmax(scores - ops.max(scores, axis=-1, keepdims=True), axis=-1)

@@ -41,7 +41,11 @@ def _attention_flops(layer, input_shape):
     heads, key_dim, out_dim = layer.num_heads, layer._key_dim, layer._output_dim
     projection = 2 * tokens * channels * heads * key_dim
     linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
-    attention = 2 * heads * tokens * tokens * (out_dim if layer.values_first else channels)
+    carried = out_dim if layer.values_first else channels
+    if layer._mode(height, width) == "separable":  # a row pass and a column pass
+        attention = 2 * heads * tokens * (height + width) * carried
+    else:
+        attention = 2 * heads * tokens * tokens * carried
     if layer.use_content_content or layer.use_content_position:
         linear += projection
     if layer.use_content_content or layer.use_key_bias:

@@ -42,7 +42,9 @@ def graph_matmul_flops(model, batch):
 
 @requires_tensorflow
 @pytest.mark.parametrize("name, overrides", [
-    ("quadratic", {"num_layers": 1, "hidden_dim": 24, "intermediate_dim": 40, "image_size": 8}),
+    ("quadratic", {"num_layers": 1, "hidden_dim": 24, "intermediate_dim": 40, "image_size": 8}),  # separable
+    ("learned", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 12}),  # separable
+    ("gaussian", {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "image_size": 8}),  # full P
     ("gaussian_pruned", {"num_layers": 2, "num_heads": (3, 1), "hidden_dim": 16, "image_size": 8}),
     ("learned_content", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 8}),
     ("resnet10", {"image_size": 16}),
