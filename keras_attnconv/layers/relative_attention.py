@@ -288,10 +288,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         outputs = ops.reshape(outputs, (-1, height, width, self._output_dim))
         if not return_attention_scores:
             return outputs
-        if ops.ndim(probabilities) == 3:
-            batch = ops.shape(inputs)[0]
-            probabilities = ops.broadcast_to(probabilities[None], (batch, *probabilities.shape))
-        return outputs, probabilities
+        return outputs, _per_example(probabilities, inputs)
 
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
         """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""
@@ -314,7 +311,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         tokens = height * width
         probabilities = ops.reshape(rows[:, :, None, :, None] * columns[:, None, :, None, :],
                                     (self.num_heads, tokens, tokens))
-        return outputs, ops.broadcast_to(probabilities[None], (ops.shape(inputs)[0], *probabilities.shape))
+        return outputs, _per_example(probabilities, inputs)
 
     @property
     def values_first(self):
@@ -384,3 +381,10 @@ def _position_softmax(scores):
     """
     scores = ops.cast(scores, "float32")
     return ops.softmax(scores - ops.max(scores, axis=-1, keepdims=True), axis=-1)
+
+
+def _per_example(probabilities, inputs):
+    """Attention probabilities as (batch, heads, T, T); position-only ones are shared by the batch."""
+    if ops.ndim(probabilities) == 4:
+        return probabilities
+    return ops.broadcast_to(probabilities[None], (ops.shape(inputs)[0], *probabilities.shape))
