@@ -199,14 +199,17 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
             is exported and its metrics go into the metadata.
         version, jit_compile: see `export_saved_model`.
     """
+    import dataclasses
+
     from keras_attnconv.data import dataset_info
-    from keras_attnconv.models import build_model
+    from keras_attnconv.models import build_model, get_model_config
 
     if run_dir is None:
         if name is None:
             raise ValueError("Give a model name or a training run directory.")
         model = build_model(name)
-        metadata = {"weights": "initial (untrained): built by build_model, not trained"}
+        metadata = {"weights": "initial (untrained): built by build_model, not trained",
+                    "model_config": dataclasses.asdict(get_model_config(name))}
         info = dataset_info("cifar10")
     else:
         run_dir = Path(run_dir)
@@ -225,5 +228,7 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
                     "best_epoch": best.get("epoch"), "eval_accuracy": metrics.get("eval_accuracy"),
                     "eval_split": metrics.get("eval_split")}
         info = dataset_info(config["dataset"])
+        model_args = {"num_classes": info.num_classes, "image_size": info.image_size, **config["model_overrides"]}
+        metadata["model_config"] = dataclasses.asdict(get_model_config(config["model"], **model_args))
     return export_saved_model(model, export_dir, version=version, jit_compile=jit_compile, model_name=name,
                               class_names=info.class_names, mean=info.mean, std=info.std, metadata=metadata)

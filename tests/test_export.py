@@ -192,6 +192,7 @@ def test_export_all_writes_every_model_and_the_config(tmp_path, monkeypatch):
     for name in ("quadratic_tiny", "resnet_tiny"):
         metadata = json.loads((tmp_path / name / "1" / "assets.extra" / "metadata.json").read_text())
         assert metadata["weights"].startswith("initial")
+        assert metadata["model_config"]["num_classes"] == 10
     assert (tmp_path / "models.config").read_text().count("config {") == 2
 
 

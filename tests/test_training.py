@@ -140,6 +140,9 @@ def test_training_learns_real_cifar10_images(tmp_path):
     assert metrics["eval_split"] == "validation"
     assert metrics["eval_accuracy"] > 0.2
     assert (Path(metrics["export"]) / "saved_model.pb").exists()  # train exports its best checkpoint
+    metadata = json.loads((Path(metrics["export"]) / "assets.extra" / "metadata.json").read_text())
+    assert metadata["weights"].startswith("trained") and metadata["best_val_accuracy"] > 0.2
+    assert metadata["model_config"]["num_layers"] == 2 and metadata["training_config"]["epochs"] == 3
 
 
 @pytest.mark.slow
