@@ -11,6 +11,7 @@ from keras_attnconv.layers import (
     LearnedRelativeScore,
     QuadraticScore,
     RelativeMultiHeadAttention,
+    SirenScore,
     TransformerEncoderBlock,
 )
 from keras_attnconv.models import build_model, get_model_config, get_paper_figures, list_models
@@ -22,6 +23,7 @@ __all__ = [
     "LearnedRelativeScore",
     "QuadraticScore",
     "RelativeMultiHeadAttention",
+    "SirenScore",
     "TransformerEncoderBlock",
     "build_model",
     "conv_to_attention",

@@ -8,6 +8,7 @@ from keras_attnconv.layers.position_scores import (
     LearnedRelativeScore,
     PositionScore,
     QuadraticScore,
+    SirenScore,
     get_position_score,
 )
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
@@ -20,6 +21,7 @@ __all__ = [
     "PositionScore",
     "QuadraticScore",
     "RelativeMultiHeadAttention",
+    "SirenScore",
     "TransformerEncoderBlock",
     "get_position_score",
 ]

@@ -25,7 +25,7 @@ class AttentionClassifierConfig:
         num_heads: heads per block, an int or one int per block (pruned models).
         hidden_dim: token width.
         intermediate_dim: feed-forward width.
-        position_score: ``"quadratic"``, ``"gaussian"`` or ``"learned"``.
+        position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"`` or ``"siren"``.
         position_embedding_dim: ``D_p`` of the learned encoding; None means
             ``hidden_dim``.
         use_content_content, use_content_position, use_position_bias: the
@@ -75,9 +75,9 @@ class AttentionClassifierConfig:
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
                 f"Received: image_size={self.image_size}"
             )
-        if self.position_score not in ("quadratic", "gaussian", "learned"):
+        if self.position_score not in ("quadratic", "gaussian", "learned", "siren"):
             raise ValueError(
-                "`position_score` must be 'quadratic', 'gaussian' or 'learned'. "
+                "`position_score` must be 'quadratic', 'gaussian', 'learned' or 'siren'. "
                 f"Received: position_score={self.position_score!r}"
             )
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):

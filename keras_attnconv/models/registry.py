@@ -48,10 +48,12 @@ _REGISTRY = {
     "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content", 29.5, 15.0)),
     "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
                                     PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
+    "siren": ModelEntry(AttentionClassifierConfig(position_score="siren"),
+                        PaperFigures("SIREN relative encoding", source="follow-up thesis slides")),
     "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
-for _name in ("quadratic", "gaussian", "learned", "learned_content"):
+for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:
         _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)

@@ -10,6 +10,7 @@ from keras_attnconv.layers import (
     LearnedRelativeScore,
     QuadraticScore,
     RelativeMultiHeadAttention,
+    SirenScore,
     get_position_score,
 )
 
@@ -192,3 +193,58 @@ def test_learned_rejects_grids_beyond_max_position():
         LearnedRelativeScore(2, embedding_dim=4, max_position=4).build((None, 5, 5, 1))
     with pytest.raises(ValueError, match="embedding_dim=1"):
         LearnedRelativeScore(2, embedding_dim=1)
+
+
+def randomized_siren(height, width, **kwargs):
+    layer = built_score(SirenScore(3, hidden_units=16, **kwargs), height, width)
+    rng = np.random.default_rng(5)
+    layer.set_weights([rng.uniform(-0.3, 0.3, w.shape).astype("float32") for w in layer.get_weights()])
+    return layer
+
+
+def test_siren_scores_depend_only_on_the_normalised_shift():
+    small = randomized_siren(5, 5)
+    large = built_score(SirenScore(3, hidden_units=16), 9, 9)
+    large.set_weights(small.get_weights())  # same weights serve any grid size
+    small_scores = ops.convert_to_numpy(small.position_scores(5, 5))
+    large_scores = ops.convert_to_numpy(large.position_scores(9, 9))
+    # shift (2, -1) on the 5x5 grid and (4, -2) on the 9x9 grid are both (0.5, -0.25) once normalised
+    np.testing.assert_allclose(small_scores[:, 0 * 5 + 1, 2 * 5 + 0], large_scores[:, 0 * 9 + 2, 4 * 9 + 0],
+                               atol=1e-5)
+    delta = pixel_shifts(5, 5)
+    for shift in {tuple(d) for d in delta.reshape(-1, 2)}:
+        values = small_scores[:, np.all(delta == shift, axis=-1)]
+        np.testing.assert_allclose(values, values[:, :1].repeat(values.shape[1], 1), atol=1e-6)
+
+
+def test_siren_initialisation_follows_the_siren_paper():
+    omega, width = 30.0, 256
+    layer = built_score(SirenScore(64, hidden_units=width, num_hidden_layers=2, omega_0=omega), 4, 4)
+    first = ops.convert_to_numpy(layer.sine_kernels[0])
+    hidden = ops.convert_to_numpy(layer.sine_kernels[1])
+    head = ops.convert_to_numpy(layer.head_kernel)
+    assert np.abs(first).max() <= 0.5 and np.std(first) == pytest.approx(0.5 / np.sqrt(3), rel=0.1)
+    limit = np.sqrt(6 / width) / omega
+    for kernel in (hidden, head):
+        assert np.abs(kernel).max() <= limit
+        assert np.std(kernel) == pytest.approx(limit / np.sqrt(3), rel=0.05)
+    # With this initialisation the pre-activations of hidden layers stay ~N(0, 1)-like: sin keeps ~unit spread.
+    features = ops.convert_to_numpy(layer.shift_features(4, 4))
+    assert 0.4 < features.std() < 0.9
+
+
+def test_siren_feeds_the_content_position_term():
+    x = np.random.default_rng(0).normal(size=(2, 4, 5, 6)).astype("float32")
+    layer = RelativeMultiHeadAttention(3, position_score="siren", use_content_position=True, key_dim=32)
+    outputs, probs = layer(x, return_attention_scores=True)
+    assert tuple(outputs.shape) == (2, 4, 5, 6) and layer.attention_mode == "content"
+    assert np.isfinite(ops.convert_to_numpy(probs)).all()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"omega_0": 0.0}, "omega_0=0.0"), ({"omega_0": -30.0}, "omega_0=-30.0"),
+    ({"hidden_units": 0}, "hidden_units=0"), ({"num_hidden_layers": 0}, "num_hidden_layers=0"),
+])
+def test_siren_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SirenScore(2, **kwargs)
