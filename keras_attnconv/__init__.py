@@ -8,9 +8,11 @@ from keras_attnconv.conversion import ConvolutionAsAttention, conv_to_attention
 from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
+    LearnedPositionEmbedding,
     LearnedRelativeScore,
     QuadraticScore,
     RelativeMultiHeadAttention,
+    SinusoidalPositionEmbedding,
     SirenScore,
     TransformerEncoderBlock,
 )
@@ -20,9 +22,11 @@ __all__ = [
     "ConvolutionAsAttention",
     "GaussianScore",
     "InvertibleDownsampling",
+    "LearnedPositionEmbedding",
     "LearnedRelativeScore",
     "QuadraticScore",
     "RelativeMultiHeadAttention",
+    "SinusoidalPositionEmbedding",
     "SirenScore",
     "TransformerEncoderBlock",
     "build_model",

@@ -1,5 +1,6 @@
 """Keras layers of keras_attnconv: relative self-attention over pixels and its parts."""
 
+from keras_attnconv.layers.absolute_position import LearnedPositionEmbedding, SinusoidalPositionEmbedding
 from keras_attnconv.layers.downsampling import InvertibleDownsampling
 from keras_attnconv.layers.encoder import TransformerEncoderBlock
 from keras_attnconv.layers.position_scores import (
@@ -17,10 +18,12 @@ __all__ = [
     "POSITION_SCORES",
     "GaussianScore",
     "InvertibleDownsampling",
+    "LearnedPositionEmbedding",
     "LearnedRelativeScore",
     "PositionScore",
     "QuadraticScore",
     "RelativeMultiHeadAttention",
+    "SinusoidalPositionEmbedding",
     "SirenScore",
     "TransformerEncoderBlock",
     "get_position_score",

@@ -6,10 +6,14 @@ import keras
 
 from keras_attnconv.layers import (
     InvertibleDownsampling,
+    LearnedPositionEmbedding,
     LearnedRelativeScore,
+    SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
 from keras_attnconv.models.validation import check_config_fields
+
+ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,11 +29,14 @@ class AttentionClassifierConfig:
         num_heads: heads per block, an int or one int per block (pruned models).
         hidden_dim: token width.
         intermediate_dim: feed-forward width.
-        position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"`` or ``"siren"``.
+        position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"``, ``"siren"``,
+            or None when no relative position term is used.
         position_embedding_dim: ``D_p`` of the learned encoding; None means
             ``hidden_dim``.
         use_content_content, use_content_position, use_position_bias: the
             score terms of eq. (8) (see `RelativeMultiHeadAttention`).
+        absolute_encoding: None, ``"learned"`` or ``"sinusoid"``: an absolute
+            position encoding added to the tokens before the first block.
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
@@ -42,11 +49,12 @@ class AttentionClassifierConfig:
     num_heads: "int | tuple[int, ...]" = 9
     hidden_dim: int = 400
     intermediate_dim: int = 512
-    position_score: str = "quadratic"
+    position_score: "str | None" = "quadratic"
     position_embedding_dim: "int | None" = None
     use_content_content: bool = False
     use_content_position: bool = False
     use_position_bias: bool = True
+    absolute_encoding: "str | None" = None
     dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
@@ -75,7 +83,14 @@ class AttentionClassifierConfig:
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
                 f"Received: image_size={self.image_size}"
             )
-        if self.position_score not in ("quadratic", "gaussian", "learned", "siren"):
+        uses_positions = self.use_content_position or self.use_position_bias
+        if not uses_positions and self.position_score is not None:
+            raise ValueError("`position_score` must be None when no position term is used. "
+                             f"Received: position_score={self.position_score!r}")
+        if self.absolute_encoding not in (None, *ABSOLUTE_ENCODINGS):
+            raise ValueError(f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
+                             f"Received: absolute_encoding={self.absolute_encoding!r}")
+        if uses_positions and self.position_score not in ("quadratic", "gaussian", "learned", "siren"):
             raise ValueError(
                 "`position_score` must be 'quadratic', 'gaussian', 'learned' or 'siren'. "
                 f"Received: position_score={self.position_score!r}"
@@ -113,6 +128,9 @@ def build_attention_classifier(config, name=None):
     inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
     x = InvertibleDownsampling(config.downsampling, name="downsampling")(inputs)
     x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, name="embedding")(x)
+    if config.absolute_encoding:
+        encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](name="absolute_position")(x)
+        x = keras.layers.Add(name="add_position")([x, encoding])
     attention_options = {
         "use_content_content": config.use_content_content,
         "use_content_position": config.use_content_position,

@@ -33,6 +33,9 @@ _LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_
                                              use_content_content=True, use_content_position=True,
                                              use_position_bias=False)
 _GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
+# Baselines: absolute encodings added to the tokens, content-content attention only.
+_ABSOLUTE = AttentionClassifierConfig(position_score=None, use_content_content=True, use_position_bias=False,
+                                      absolute_encoding="learned")
 # Small enough to train in minutes on 2 CPU cores; same code, fewer and narrower blocks.
 _TINY = {"num_layers": 2, "hidden_dim": 48, "intermediate_dim": 96}
 
@@ -50,10 +53,15 @@ _REGISTRY = {
                                     PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
     "siren": ModelEntry(AttentionClassifierConfig(position_score="siren"),
                         PaperFigures("SIREN relative encoding", source="follow-up thesis slides")),
+    "absolute_learned": ModelEntry(_ABSOLUTE, PaperFigures("absolute learned encoding, content attention",
+                                                           source="baseline")),
+    "absolute_sinusoid": ModelEntry(dataclasses.replace(_ABSOLUTE, absolute_encoding="sinusoid"),
+                                    PaperFigures("absolute 2-D sinusoids, content attention", source="baseline")),
     "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
-for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren"):
+for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren", "absolute_learned",
+              "absolute_sinusoid"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:
         _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)

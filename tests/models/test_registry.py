@@ -104,6 +104,10 @@ def test_mixed_precision_model_outputs_float32_logits():
     (lambda: keras_attnconv.build_model("quadratic", dropout=1.0), "dropout=1.0"),
     (lambda: keras_attnconv.build_model("gaussian_pruned", num_layers=2), "one per layer.*num_heads=\\(7, 5"),
     (lambda: keras_attnconv.build_model("quadratic", position_score="sinus"), "position_score='sinus'"),
+    (lambda: keras_attnconv.build_model("absolute_learned", absolute_encoding="fourier"),
+     "absolute_encoding='fourier'"),
+    (lambda: keras_attnconv.build_model("absolute_learned", position_score="quadratic"),
+     "must be None when no position term.*position_score='quadratic'"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

@@ -1,0 +1,52 @@
+"""Absolute position encodings: the learned table and 2-D sinusoids."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv.layers import LearnedPositionEmbedding, SinusoidalPositionEmbedding
+from keras_attnconv.layers.absolute_position import sinusoid_table
+
+
+def test_sinusoids_follow_the_transformer_formula_per_axis():
+    table = sinusoid_table(3, 5, 8)  # 4 channels for rows, 4 for columns
+    i, j = 2, 3
+    expected_row = [np.sin(i), np.cos(i), np.sin(i / 100.0), np.cos(i / 100.0)]  # 10000^(-2k/4)
+    expected_col = [np.sin(j), np.cos(j), np.sin(j / 100.0), np.cos(j / 100.0)]
+    np.testing.assert_allclose(table[i, j], expected_row + expected_col, rtol=1e-6)
+    layer = SinusoidalPositionEmbedding()
+    out = ops.convert_to_numpy(layer(np.zeros((2, 3, 5, 8), "float32")))
+    np.testing.assert_allclose(out[1], table)
+    assert layer.weights == []
+
+
+def test_learned_table_is_one_trainable_vector_per_pixel():
+    layer = LearnedPositionEmbedding()
+    x = np.zeros((2, 4, 6, 8), "float32")
+    out = ops.convert_to_numpy(layer(x))
+    assert [tuple(w.shape) for w in layer.trainable_weights] == [(4, 6, 8)]
+    np.testing.assert_array_equal(out[0], out[1])
+    assert 0.01 < out.std() < 0.03  # N(0, 0.02^2)
+
+
+@pytest.mark.parametrize("layer", [LearnedPositionEmbedding(), SinusoidalPositionEmbedding(max_wavelength=500.0)])
+def test_config_round_trip_and_keras_file(layer, tmp_path):
+    inputs = keras.Input((4, 4, 8))
+    model = keras.Model(inputs, keras.layers.Add()([inputs, layer(inputs)]))
+    x = np.random.default_rng(0).normal(size=(2, 4, 4, 8)).astype("float32")
+    model.save(tmp_path / "m.keras")
+    restored = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+    assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
+
+
+def test_bad_inputs_are_named():
+    with pytest.raises(ValueError, match="channels=6"):
+        SinusoidalPositionEmbedding()(np.zeros((1, 4, 4, 6), "float32"))
+    with pytest.raises(ValueError, match="max_wavelength=1"):
+        SinusoidalPositionEmbedding(max_wavelength=1)
+    layer = LearnedPositionEmbedding()
+    layer(np.zeros((1, 4, 4, 8), "float32"))
+    with pytest.raises(ValueError, match=r"input_shape=\(1, 5, 4, 8\)"):
+        layer(np.zeros((1, 5, 4, 8), "float32"))
