@@ -183,7 +183,7 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
 
 
 def paper_configurations():
-    """Registered names that reproduce a row of the paper (not our small variants)."""
+    """Registered full-size names: the paper's rows, the follow-ups and baselines (not the small variants)."""
     from keras_attnconv.models import get_paper_figures, list_models
 
     return [name for name in list_models() if get_paper_figures(name).source != "ours"]
