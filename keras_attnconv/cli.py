@@ -187,7 +187,7 @@ def build_parser():
     exporting = commands.add_parser("export", help="write TF Serving SavedModels to saved_models/<model>/<version>/")
     exporting.add_argument("--model", help="registered model name (initial weights unless --run is given)")
     exporting.add_argument("--run", help="training run directory whose best checkpoint is exported")
-    exporting.add_argument("--all", action="store_true", help="export every full-size configuration (not the _tiny ones)")
+    exporting.add_argument("--all", action="store_true", help="export every full-size configuration")
     exporting.add_argument("--version", type=int, help="version number (default: the next free one)")
     exporting.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_attnconv import __version__
+from keras_attnconv.callbacks import write_atomically
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -61,9 +62,7 @@ def write_models_config(export_root, base_path="/models"):
         for name in names
     )
     path = export_root / "models.config"
-    tmp = path.with_name(".models.config.tmp")
-    tmp.write_text(f"model_config_list {{\n{entries}}}\n")
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: tmp.write_text(f"model_config_list {{\n{entries}}}\n"))
     return path
 
 

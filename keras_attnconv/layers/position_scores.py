@@ -35,6 +35,13 @@ def axis_shifts(length):
     return positions[None, :] - positions[:, None]
 
 
+def centred_shifts(centers, height, width):
+    """Row and column shifts minus each head's centre: (heads, H, H) and (heads, W, W)."""
+    centers = ops.convert_to_tensor(centers)
+    return (axis_shifts(height)[None] - centers[:, 0, None, None],
+            axis_shifts(width)[None] - centers[:, 1, None, None])
+
+
 def combine_axis_scores(row_scores, column_scores):
     """Sums per-axis scores into scores over pixel pairs.
 
@@ -234,10 +241,8 @@ class QuadraticScore(PositionScore):
     def axis_scores(self, height, width):
         self._require_head_vectors()
         alpha = ops.convert_to_tensor(self.alpha)[:, None, None]
-        centers = ops.convert_to_tensor(self.centers)
-        row = ops.square(axis_shifts(height)[None] - centers[:, 0, None, None])
-        col = ops.square(axis_shifts(width)[None] - centers[:, 1, None, None])
-        return -alpha * row, -alpha * col
+        row, col = centred_shifts(self.centers, height, width)
+        return -alpha * ops.square(row), -alpha * ops.square(col)
 
     def relative_encoding(self, height, width):
         rows, cols = axis_shifts(height), axis_shifts(width)
@@ -330,10 +335,9 @@ class GaussianScore(PositionScore):
         if not self.diagonal:
             return super().axis_scores(height, width)
         inverse_variances = ops.square(ops.convert_to_tensor(self.inverse_sqrt_variances))
-        centers = ops.convert_to_tensor(self.centers)
-        row = ops.square(axis_shifts(height)[None] - centers[:, 0, None, None])
-        col = ops.square(axis_shifts(width)[None] - centers[:, 1, None, None])
-        return -0.5 * inverse_variances[:, 0, None, None] * row, -0.5 * inverse_variances[:, 1, None, None] * col
+        row, col = centred_shifts(self.centers, height, width)
+        return (-0.5 * inverse_variances[:, 0, None, None] * ops.square(row),
+                -0.5 * inverse_variances[:, 1, None, None] * ops.square(col))
 
     @property
     def covariances(self):
@@ -345,9 +349,7 @@ class GaussianScore(PositionScore):
         if self.diagonal:
             return super().position_scores(height, width)
         inverse = self.inverse_covariance()
-        centers = ops.convert_to_tensor(self.centers)
-        row = axis_shifts(height)[None] - centers[:, 0, None, None]  # (h, H, H)
-        col = axis_shifts(width)[None] - centers[:, 1, None, None]  # (h, W, W)
+        row, col = centred_shifts(self.centers, height, width)  # (h, H, H), (h, W, W)
         a = inverse[:, 0, 0, None, None]
         b = inverse[:, 0, 1, None, None]
         c = inverse[:, 1, 1, None, None]
