@@ -18,7 +18,7 @@ from keras_attnconv.layers.encoder import encoder_blocks
 
 #: Variables indexed by head, and the axis of the head index.
 _HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0,
-              "inverse_sqrt_variances": 0}
+              "inverse_sqrt_variances": 0, "span_center": 0, "span_raw_sigma": 0}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,16 +34,37 @@ def test_prunes_exactly_the_degenerate_heads():
     assert model.count_params() - pruned.count_params() == 2 * per_head
 
 
-def test_kept_heads_compute_what_they_computed():
-    model = degenerate_model()
-    pruned, _ = prune_degenerate_heads(model)
-    # The original with the pruned heads' output silenced is the same function as the pruned model.
+def assert_pruned_equals_silenced(model, pruned, heads):
+    """The original with the pruned heads' output silenced is the same function as the pruned model."""
     attention = model.get_layer("encoder_0").attention
     kernel = ops.convert_to_numpy(attention.output_kernel).copy()
-    kernel[[1, 4]] = 0.0
+    kernel[list(heads)] = 0.0
     attention.output_kernel.assign(kernel)
     x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
     np.testing.assert_allclose(ops.convert_to_numpy(pruned(x)), ops.convert_to_numpy(model(x)), atol=1e-5)
+
+
+def test_kept_heads_compute_what_they_computed():
+    model = degenerate_model()
+    pruned, _ = prune_degenerate_heads(model)
+    assert_pruned_equals_silenced(model, pruned, (1, 4))
+
+
+def test_kept_heads_keep_their_attention_span():
+    model = build_model("quadratic_span_tiny", seed=0, **SMALL)
+    attention = model.get_layer("encoder_0").attention
+    alpha = ops.convert_to_numpy(attention.position_score.alpha).copy()
+    alpha[2] = 1e-9  # Sigma^-1 = 2 alpha I ~ 0: uniform attention
+    attention.position_score.alpha.assign(alpha)
+    rng = np.random.default_rng(1)
+    span = attention.attention_span
+    span.span_center.assign(rng.normal(0.0, 1.0, span.span_center.shape).astype("float32"))
+    span.span_raw_sigma.assign(rng.uniform(0.0, 2.0, span.span_raw_sigma.shape).astype("float32"))
+    pruned, report = prune_degenerate_heads(model)
+    assert report[0].pruned == (2,)
+    np.testing.assert_array_equal(ops.convert_to_numpy(pruned.get_layer("encoder_0").attention.attention_span.sigma),
+                                  np.delete(ops.convert_to_numpy(span.sigma), 2, axis=0))
+    assert_pruned_equals_silenced(model, pruned, (2,))
 
 
 def test_threshold_arguments_decide():

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.position_scores import get_position_score
 from keras_attnconv.layers.validation import check_positive_int, grid_size
 
@@ -65,6 +66,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             False forces the general path (the eq. (8) reference). With
             attention dropout the row and column links are dropped
             independently. ``attention_mode`` reports the path taken.
+        attention_span: None, an `AttentionSpan` layer, a dict of its
+            arguments (``{"threshold": 0.1, "initial_sigma": 4.0}``; built
+            with ``num_heads``) or its serialized config. A learned per-head
+            Gaussian window added (as ``log g``) to the scores of any score
+            function, keys under its threshold masked. A span without a
+            threshold keeps separable heads separable.
 
     Call arguments:
         inputs: tensor (batch, H, W, C) with static H, W, C.
@@ -98,6 +105,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         separable="auto",
+        attention_span=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -143,6 +151,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self.position_score = get_position_score(position_score, self.num_heads)
             self._check_score_layer(self.position_score)
         self.separable = separable
+        self.attention_span = self._make_attention_span(attention_span)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
         # The separable path drops row and column links independently, each with the rate that
         # keeps a (query, key) link with probability 1 - dropout, as the general path does.
@@ -162,6 +171,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 "position-bias term."
             )
 
+    def _make_attention_span(self, span):
+        if span is None:
+            return None
+        if isinstance(span, dict):
+            if "class_name" in span:
+                span = keras.saving.deserialize_keras_object(span)
+            else:
+                span = AttentionSpan(self.num_heads, **span)
+        if not isinstance(span, AttentionSpan):
+            raise ValueError("`attention_span` must be None, an AttentionSpan, or a dict of its arguments. "
+                             f"Received: attention_span={span!r}")
+        if span.num_heads != self.num_heads:
+            raise ValueError(f"The attention span has {span.num_heads} heads but the attention has "
+                             f"num_heads={self.num_heads}.")
+        return span
+
     @property
     def uses_content(self):
         """Whether the attention probabilities depend on the input."""
@@ -173,10 +198,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             return "content"
         if self.separable is False:
             return "position"
-        if not self.position_score.separable:
+        span_separable = self.attention_span is None or self.attention_span.separable
+        if not (self.position_score.separable and span_separable):
             if self.separable is True:
-                raise ValueError(f"{type(self.position_score).__name__} scores are not separable by axis. "
-                                 "Received: separable=True")
+                reason = (f"{type(self.position_score).__name__} scores are" if span_separable
+                          else "An attention span with a threshold (or 1-D) is")
+                raise ValueError(f"{reason} not separable by axis. Received: separable=True")
             return "position"
         # Row + column passes cost H*W*(H + W) per channel and head; the full contraction (H*W)^2.
         return "separable" if self.separable is True or height + width < height * width else "position"
@@ -197,8 +224,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 self._position_score_name, self.num_heads, head_vectors=self.use_position_bias,
                 dtype="float32", **extra,
             )
-        if self.position_score is not None and not self.position_score.built:
-            self.position_score.build(input_shape)
+        for part in (self.position_score, self.attention_span):
+            if part is not None and not part.built:
+                part.build(input_shape)
 
         needs_query = self.use_content_content or self.use_content_position
         needs_key = self.use_content_content or self.use_key_bias
@@ -241,13 +269,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _scores(self, tokens, height, width):
         """Attention scores, float32: (heads, T, T) if position-only, else (batch, heads, T, T)."""
+        scores = self._unmodulated_scores(tokens, height, width)
+        if self.attention_span is not None:
+            scores = self.attention_span.modulate(scores, height, width)
+        if not self.uses_content:
+            # Position-only: softmax is invariant to the row max, and subtracting it (with its
+            # gradient) keeps far-away centres' gradients exact, see `_position_softmax`.
+            scores = scores - ops.max(scores, axis=-1, keepdims=True)
+        return scores
+
+    def _unmodulated_scores(self, tokens, height, width):
+        """The four terms of eq. (8), float32, before any attention span."""
         position = None
         if self.use_position_bias:
             position = ops.cast(self.position_score.position_scores(height, width), "float32")
             if not self.uses_content:
-                # Position-only: softmax is invariant to the row max, and subtracting it (with its
-                # gradient) keeps far-away centres' gradients exact, see `_position_softmax`.
-                return position - ops.max(position, axis=-1, keepdims=True)
+                return position
         content = 0.0
         if self.use_content_content or self.use_content_position:
             # Scale the queries once instead of every (T x T) score matrix.
@@ -293,6 +330,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
         """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""
         row_scores, column_scores = self.position_score.axis_scores(height, width)
+        if self.attention_span is not None:
+            row_span, column_span = self.attention_span.axis_log_modulation(height, width)
+            row_scores, column_scores = row_scores + row_span, column_scores + column_span
         rows = _position_softmax(row_scores)  # (heads, H, H)
         columns = _position_softmax(column_scores)  # (heads, W, W)
         dtype = inputs.dtype
@@ -366,6 +406,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "separable": self.separable,
+            "attention_span": (None if self.attention_span is None
+                               else keras.saving.serialize_keras_object(self.attention_span)),
         })
         return config
 

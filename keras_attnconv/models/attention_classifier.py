@@ -5,6 +5,7 @@ import dataclasses
 import keras
 
 from keras_attnconv.layers import (
+    AttentionSpan,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
     LearnedRelativeScore,
@@ -37,6 +38,9 @@ class AttentionClassifierConfig:
             score terms of eq. (8) (see `RelativeMultiHeadAttention`).
         absolute_encoding: None, ``"learned"`` or ``"sinusoid"``: an absolute
             position encoding added to the tokens before the first block.
+        attention_span: None, or a dict of `AttentionSpan` arguments
+            (``{"initial_sigma": 4.0, "threshold": 0.1}``; ``{}`` for its
+            defaults): a learned Gaussian span on every head's attention.
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
@@ -55,6 +59,7 @@ class AttentionClassifierConfig:
     use_content_position: bool = False
     use_position_bias: bool = True
     absolute_encoding: "str | None" = None
+    attention_span: "dict | None" = None
     dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
@@ -95,6 +100,14 @@ class AttentionClassifierConfig:
                 "`position_score` must be 'quadratic', 'gaussian', 'learned' or 'siren'. "
                 f"Received: position_score={self.position_score!r}"
             )
+        if self.attention_span is not None:
+            if not isinstance(self.attention_span, dict):
+                raise ValueError("`attention_span` must be None or a dict of AttentionSpan arguments. "
+                                 f"Received: attention_span={self.attention_span!r}")
+            try:
+                AttentionSpan(1, **self.attention_span)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"Invalid `attention_span` {self.attention_span!r}: {error}") from None
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):
             raise ValueError(
                 "At least one of use_content_content, use_content_position, use_position_bias must be True."
@@ -137,6 +150,8 @@ def build_attention_classifier(config, name=None):
         "use_position_bias": config.use_position_bias,
         "key_dim": config.hidden_dim,
     }
+    if config.attention_span is not None:
+        attention_options["attention_span"] = dict(config.attention_span)
     for index, num_heads in enumerate(config.heads_per_layer):
         x = TransformerEncoderBlock(
             num_heads=num_heads,

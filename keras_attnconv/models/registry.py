@@ -33,6 +33,9 @@ _LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_
                                              use_content_content=True, use_content_position=True,
                                              use_position_bias=False)
 _GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
+# Follow-up: a learned Gaussian span (thesis slides: threshold 0.1) on top of the paper's encodings.
+_SPAN = {"initial_sigma": 4.0, "threshold": 0.1}
+_FOLLOW_UP = "follow-up thesis slides"
 # Baselines: absolute encodings added to the tokens, content-content attention only.
 _ABSOLUTE = AttentionClassifierConfig(position_score=None, use_content_content=True, use_position_bias=False,
                                       absolute_encoding="learned")
@@ -52,7 +55,11 @@ _REGISTRY = {
     "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
                                     PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
     "siren": ModelEntry(AttentionClassifierConfig(position_score="siren"),
-                        PaperFigures("SIREN relative encoding", source="follow-up thesis slides")),
+                        PaperFigures("SIREN relative encoding", source=_FOLLOW_UP)),
+    "quadratic_span": ModelEntry(dataclasses.replace(_QUADRATIC, attention_span=_SPAN),
+                                 PaperFigures("quadratic emb. + differentiable span", source=_FOLLOW_UP)),
+    "learned_span": ModelEntry(dataclasses.replace(_LEARNED, attention_span=_SPAN),
+                               PaperFigures("learned emb. + differentiable span", source=_FOLLOW_UP)),
     "absolute_learned": ModelEntry(_ABSOLUTE, PaperFigures("absolute learned encoding, content attention",
                                                            source="baseline")),
     "absolute_sinusoid": ModelEntry(dataclasses.replace(_ABSOLUTE, absolute_encoding="sinusoid"),
@@ -60,8 +67,8 @@ _REGISTRY = {
     "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
-for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren", "absolute_learned",
-              "absolute_sinusoid"):
+for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren", "quadratic_span", "learned_span",
+              "absolute_learned", "absolute_sinusoid"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:
         _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)

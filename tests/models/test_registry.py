@@ -38,7 +38,18 @@ def small_overrides(name):
     return overrides
 
 
-@pytest.fixture(params=keras_attnconv.list_models())
+def distinct_small_models():
+    """Registered names whose shrunk configs differ: a `_tiny` variant shrinks to its full model's config."""
+    names, configs = [], []
+    for name in keras_attnconv.list_models():
+        config = keras_attnconv.get_model_config(name, **small_overrides(name))
+        if config not in configs:
+            names.append(name)
+            configs.append(config)
+    return names
+
+
+@pytest.fixture(params=distinct_small_models())
 def small_model(request):
     return request.param, keras_attnconv.build_model(request.param, seed=3, **small_overrides(request.param))
 
@@ -108,6 +119,9 @@ def test_mixed_precision_model_outputs_float32_logits():
      "absolute_encoding='fourier'"),
     (lambda: keras_attnconv.build_model("absolute_learned", position_score="quadratic"),
      "must be None when no position term.*position_score='quadratic'"),
+    (lambda: keras_attnconv.build_model("quadratic_span", attention_span={"threshold": 2}), "threshold=2"),
+    (lambda: keras_attnconv.build_model("quadratic", attention_span={"sigma": 2}), "Invalid `attention_span`.*sigma"),
+    (lambda: keras_attnconv.build_model("quadratic", attention_span=0.1), "attention_span=0.1"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

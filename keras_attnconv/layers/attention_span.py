@@ -1,0 +1,140 @@
+"""Differentiable attention span: a learned per-head Gaussian window on the attention.
+
+Follow-up thesis ("Multi-dimensional positional self-attention with
+differentiable span", slides in ``shared/papers``): each head multiplies its
+attention by a Gaussian of the shift ``delta = k - q``,
+
+    g_h(delta) = exp(-1/2 sum_d ((delta_d - mu_hd) / sigma_hd)^2)
+
+with a learnable centre ``mu_h`` and diagonal covariance ``diag(sigma_h^2)``,
+and keys where ``g_h < threshold`` are dropped: the learned span.
+
+The modulation multiplies the *unnormalised* attention ``exp(score)`` by ``g``,
+i.e. it adds ``log g`` to the scores before the softmax; equivalently it
+multiplies the probabilities by ``g`` and renormalises. (Multiplying the
+logits themselves by ``g`` would pull far keys' logits towards 0, which gives
+them the average weight instead of removing them.) Working with ``log g``
+keeps a collapsing span finite: ``sigma >= min_sigma`` bounds ``log g`` and
+its gradients, and the key closest to a head's centre is never masked, so no
+query is left without keys (no NaN from a softmax over nothing).
+"""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attnconv.layers.position_scores import axis_shifts, centred_shifts, combine_axis_scores
+from keras_attnconv.layers.validation import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class AttentionSpan(keras.layers.Layer):
+    """Per-head Gaussian modulation of attention scores, with an optional hard span.
+
+    In 2-D (``span_dims=2``) the Gaussian is over (row shift, column shift) of
+    the image grid; in 1-D (``span_dims=1``) over the offset ``k - q`` of the
+    tokens in row-major order, which is the sequence offset for a sequence fed
+    as a ``(batch, 1, length, channels)`` map. All weights are float32 and the
+    modulation is computed in float32 under any dtype policy.
+
+    Args:
+        num_heads: int, number of attention heads.
+        span_dims: 1 or 2, see above.
+        initial_sigma: float > min_sigma, initial standard deviation (in
+            pixels/tokens) of every head and axis; the initial centre is 0
+            (the query itself).
+        threshold: float in (0, 1) or None. Keys with ``g_h < threshold`` get
+            exactly zero probability; None keeps the soft modulation only.
+            With the default 0.1 the span is ``|delta - mu| <= 2.15 sigma``.
+        min_sigma: float > 0, floor of the learned standard deviations.
+
+    Example:
+    >>> span = AttentionSpan(num_heads=4)
+    >>> span.build((None, 8, 8, 16))
+    >>> span.log_modulation(8, 8).shape
+    (4, 64, 64)
+    """
+
+    def __init__(self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        check_positive_int("num_heads", num_heads)
+        if span_dims not in (1, 2) or isinstance(span_dims, bool):
+            raise ValueError(f"`span_dims` must be 1 or 2. Received: span_dims={span_dims!r}")
+        if not (isinstance(min_sigma, (int, float)) and min_sigma > 0 and math.isfinite(min_sigma)):
+            raise ValueError(f"`min_sigma` must be a finite number > 0. Received: min_sigma={min_sigma!r}")
+        if not (isinstance(initial_sigma, (int, float)) and math.isfinite(initial_sigma)
+                and initial_sigma > min_sigma):
+            raise ValueError(f"`initial_sigma` must be a finite number > min_sigma ({min_sigma}). "
+                             f"Received: initial_sigma={initial_sigma!r}")
+        if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
+            raise ValueError(f"`threshold` must be None or a number in (0, 1). Received: threshold={threshold!r}")
+        self.num_heads = int(num_heads)
+        self.span_dims = int(span_dims)
+        self.initial_sigma = float(initial_sigma)
+        self.threshold = None if threshold is None else float(threshold)
+        self.min_sigma = float(min_sigma)
+
+    @property
+    def separable(self):
+        """Whether ``log g`` is a row term plus a column term with nothing masked (see `axis_log_modulation`)."""
+        return self.span_dims == 2 and self.threshold is None
+
+    def build(self, input_shape=None):
+        shape = (self.num_heads, self.span_dims)
+        self.span_center = self.add_weight(name="span_center", shape=shape, initializer="zeros",
+                                           dtype="float32", autocast=False)
+        # sigma = min_sigma + softplus(raw): positive, with gradients that stay finite both ways.
+        excess = self.initial_sigma - self.min_sigma
+        raw = excess + float(np.log(-np.expm1(-excess)))  # softplus^-1, without overflow for wide spans
+        self.span_raw_sigma = self.add_weight(name="span_raw_sigma", shape=shape,
+                                              initializer=keras.initializers.Constant(raw),
+                                              dtype="float32", autocast=False)
+
+    @property
+    def sigma(self):
+        """Standard deviations of the Gaussians, tensor (heads, span_dims)."""
+        return self.min_sigma + ops.softplus(ops.convert_to_tensor(self.span_raw_sigma))
+
+    def axis_log_modulation(self, height, width):
+        """``log g`` of a 2-D span as row and column terms: (heads, H, H), (heads, W, W)."""
+        if self.span_dims != 2:
+            raise ValueError(f"A 1-D span has no per-axis terms. Received: span_dims={self.span_dims}")
+        rows, columns = centred_shifts(self.span_center, height, width)
+        sigma = self.sigma
+        return (-0.5 * ops.square(rows / sigma[:, 0, None, None]),
+                -0.5 * ops.square(columns / sigma[:, 1, None, None]))
+
+    def log_modulation(self, height, width):
+        """``log g_h`` for every head and (query, key) pixel pair: (heads, H*W, H*W), float32."""
+        if self.span_dims == 2:
+            return combine_axis_scores(*self.axis_log_modulation(height, width))
+        offsets = axis_shifts(height * width)[None] - ops.convert_to_tensor(self.span_center)[:, 0, None, None]
+        return -0.5 * ops.square(offsets / self.sigma[:, 0, None, None])
+
+    def modulate(self, scores, height, width):
+        """Scores (..., heads, H*W, H*W) plus ``log g``, with keys under the threshold at -inf.
+
+        The key of largest ``g`` is kept for every query, so each softmax row
+        has a finite maximum even when the span has shrunk below one pixel.
+        """
+        log_g = self.log_modulation(height, width)
+        modulated = ops.cast(scores, "float32") + log_g
+        if self.threshold is None:
+            return modulated
+        keep = ops.logical_or(log_g >= math.log(self.threshold),
+                              log_g >= ops.max(log_g, axis=-1, keepdims=True))
+        return ops.where(keep, modulated, -np.inf)
+
+    def compute_output_shape(self, input_shape):
+        tokens = input_shape[1] * input_shape[2]
+        return (self.num_heads, tokens, tokens)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_heads": self.num_heads, "span_dims": self.span_dims,
+                       "initial_sigma": self.initial_sigma, "threshold": self.threshold,
+                       "min_sigma": self.min_sigma})
+        return config

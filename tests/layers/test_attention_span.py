@@ -1,0 +1,234 @@
+"""Specifications of the differentiable attention span (AttentionSpan on RelativeMultiHeadAttention)."""
+
+import keras
+import numpy as np
+import pytest
+from conftest import randomize_weights
+from keras import ops
+
+from keras_attnconv.layers import AttentionSpan, LearnedRelativeScore, RelativeMultiHeadAttention
+
+HEIGHT, WIDTH, CHANNELS, HEADS = 4, 5, 6, 3
+SCORES = {
+    "quadratic": lambda: {"position_score": "quadratic"},
+    "siren": lambda: {"position_score": "siren"},
+    "learned_content": lambda: {"position_score": LearnedRelativeScore(HEADS, embedding_dim=4), "key_dim": 4,
+                                "use_content_content": True, "use_content_position": True},
+}
+
+
+def inputs(seed=0, batch=2):
+    return np.random.default_rng(seed).normal(size=(batch, HEIGHT, WIDTH, CHANNELS)).astype("float32")
+
+
+def attention(score="learned_content", span=None, **kwargs):
+    """A layer with random weights (seeded), optionally with a span; same non-span weights for any span."""
+    layer = RelativeMultiHeadAttention(HEADS, **SCORES[score](), attention_span=span, **kwargs)
+    layer.build((None, HEIGHT, WIDTH, CHANNELS))
+    span_variables = {id(v) for v in layer.attention_span.weights} if layer.attention_span else set()
+    rng = np.random.default_rng(1)
+    for variable in layer.weights:
+        if id(variable) not in span_variables:
+            variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    return layer
+
+
+def set_span(layer, centers, sigmas):
+    span = layer.attention_span
+    span.span_center.assign(np.asarray(centers, "float32"))
+    sigmas = np.asarray(sigmas, "float64") - span.min_sigma
+    span.span_raw_sigma.assign((sigmas + np.log(-np.expm1(-sigmas))).astype("float32"))
+
+
+def probabilities(layer, x):
+    outputs, probs = layer(x, return_attention_scores=True)
+    return ops.convert_to_numpy(outputs), ops.convert_to_numpy(probs)
+
+
+def gaussian_reference(centers, sigmas, span_dims):
+    """g_h(delta) straight from the definition: (heads, T, T), float64."""
+    rows, cols = np.divmod(np.arange(HEIGHT * WIDTH), WIDTH)
+    if span_dims == 2:
+        delta = np.stack([rows[None, :] - rows[:, None], cols[None, :] - cols[:, None]], axis=-1)
+    else:
+        index = np.arange(HEIGHT * WIDTH)
+        delta = (index[None, :] - index[:, None])[..., None]
+    z = (delta[None] - np.asarray(centers)[:, None, None, :]) / np.asarray(sigmas)[:, None, None, :]
+    return np.exp(-0.5 * np.sum(z**2, axis=-1))
+
+
+@pytest.mark.parametrize("span_dims", [1, 2])
+def test_modulation_shapes(span_dims):
+    span = AttentionSpan(HEADS, span_dims=span_dims)
+    span.build()
+    assert tuple(span.log_modulation(HEIGHT, WIDTH).shape) == (HEADS, HEIGHT * WIDTH, HEIGHT * WIDTH)
+    assert span.compute_output_shape((2, HEIGHT, WIDTH, CHANNELS)) == (HEADS, HEIGHT * WIDTH, HEIGHT * WIDTH)
+    assert tuple(span.sigma.shape) == (HEADS, span_dims)
+    if span_dims == 2:
+        rows, columns = span.axis_log_modulation(HEIGHT, WIDTH)
+        assert (tuple(rows.shape), tuple(columns.shape)) == ((HEADS, HEIGHT, HEIGHT), (HEADS, WIDTH, WIDTH))
+    np.testing.assert_allclose(ops.convert_to_numpy(span.sigma), 4.0, rtol=1e-6)  # the initial sigma
+
+
+@pytest.mark.parametrize("score", sorted(SCORES))
+@pytest.mark.parametrize("span", [{"threshold": 0.1}, {"threshold": None}, {"span_dims": 1}])
+def test_a_very_wide_span_equals_the_unmodulated_layer(score, span):
+    x = inputs()
+    plain_outputs, plain_probs = probabilities(attention(score), x)
+    outputs, probs = probabilities(attention(score, span={"initial_sigma": 1e6, **span}), x)
+    np.testing.assert_allclose(probs, plain_probs, atol=1e-6)
+    np.testing.assert_allclose(outputs, plain_outputs, atol=1e-5)
+
+
+@pytest.mark.parametrize("span_dims, threshold", [(2, 0.1), (2, None), (1, 0.1), (1, 0.3)])
+def test_modulation_multiplies_probabilities_by_g_and_masks_under_the_threshold(span_dims, threshold):
+    """p_span ∝ p * g * [g >= threshold] (the key of largest g always kept), exact zeros outside."""
+    x = inputs(seed=2)
+    _, plain = probabilities(attention(), x)
+    layer = attention(span={"span_dims": span_dims, "threshold": threshold})
+    rng = np.random.default_rng(4)
+    centers = rng.normal(0.0, 1.5, (HEADS, span_dims))
+    sigmas = rng.uniform(0.7, 2.5, (HEADS, span_dims))
+    set_span(layer, centers, sigmas)
+    _, probs = probabilities(layer, x)
+
+    g = gaussian_reference(centers, sigmas, span_dims)
+    keep = np.ones_like(g, bool) if threshold is None else (g >= threshold) | (g == g.max(-1, keepdims=True))
+    expected = plain * g[None] * keep[None]
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(probs, expected, atol=1e-6)
+    assert np.all(probs[:, ~keep] == 0.0)
+    if threshold is not None:
+        assert (~keep).any(), "the test needs keys outside the span"
+
+
+def test_a_narrow_span_puts_almost_all_probability_at_its_centre():
+    x = inputs(seed=5)
+    layer = attention(span={"threshold": None})
+    centers = np.array([[0, 0], [1, -1], [-2, 2]])
+    set_span(layer, centers, np.full((HEADS, 2), 0.2))
+    _, probs = probabilities(layer, x)
+    rows, cols = np.divmod(np.arange(HEIGHT * WIDTH), WIDTH)
+    for head, (dr, dc) in enumerate(centers):
+        for query in range(HEIGHT * WIDTH):
+            row, col = rows[query] + dr, cols[query] + dc
+            if 0 <= row < HEIGHT and 0 <= col < WIDTH:
+                assert np.all(probs[:, head, query, row * WIDTH + col] > 0.99)
+
+
+@pytest.mark.parametrize("span_dims", [1, 2])
+@pytest.mark.parametrize("center", [0.5, 1e3])
+def test_a_collapsed_span_stays_finite_in_values_and_gradients(span_dims, center):
+    """sigma at its floor, centre between pixels or far outside: no key reaches the threshold."""
+    layer = attention(span={"span_dims": span_dims, "min_sigma": 0.05})
+    model = keras.Sequential([keras.Input((HEIGHT, WIDTH, CHANNELS)), layer,
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    layer.attention_span.span_center.assign(np.full((HEADS, span_dims), center, "float32"))
+    layer.attention_span.span_raw_sigma.assign(np.full((HEADS, span_dims), -1e4, "float32"))
+    x = inputs(seed=6)
+    _, probs = probabilities(layer, x)
+    assert np.isfinite(probs).all()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    assert np.all((probs > 0).sum(-1) >= 1)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=True)
+    loss = model.train_on_batch(x, np.ones((2, 3), "float32"))
+    assert np.isfinite(loss)
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_a_span_without_threshold_keeps_the_separable_fast_path():
+    x = inputs(seed=7)
+    span = {"threshold": None, "initial_sigma": 1.5}
+    fast = attention("quadratic", span=span)
+    general = attention("quadratic", span=span, separable=False)
+    assert (fast.attention_mode, general.attention_mode) == ("separable", "position")
+    for layer in (fast, general):
+        set_span(layer, [[0.5, -1.0], [0.0, 2.0], [-1.5, 0.3]], [[1.0, 2.0], [0.6, 1.2], [3.0, 0.8]])
+    fast_outputs, fast_probs = probabilities(fast, x)
+    general_outputs, general_probs = probabilities(general, x)
+    np.testing.assert_allclose(fast_probs, general_probs, atol=1e-6)
+    np.testing.assert_allclose(fast_outputs, general_outputs, atol=1e-5)
+
+
+def test_a_thresholded_span_uses_the_general_path_and_rejects_separable_true():
+    assert attention("quadratic", span={"threshold": 0.1}).attention_mode == "position"
+    with pytest.raises(ValueError, match="attention span with a threshold"):
+        attention("quadratic", span={"threshold": 0.1}, separable=True)
+
+
+def span_model(span_dims=2):
+    inputs = keras.Input((HEIGHT, WIDTH, CHANNELS))
+    layer = RelativeMultiHeadAttention(HEADS, position_score="quadratic",
+                                       attention_span={"span_dims": span_dims, "initial_sigma": 1.5})
+    x = keras.layers.GlobalAveragePooling2D()(layer(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3)(x))
+    randomize_weights(model, seed=8)
+    return model
+
+
+def test_config_round_trip_and_keras_file_keep_the_span(tmp_path):
+    model = span_model(span_dims=1)
+    layer = model.layers[1]
+    clone = RelativeMultiHeadAttention.from_config(layer.get_config())
+    assert clone.attention_span.get_config() == layer.attention_span.get_config()
+    path = tmp_path / "span.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    x = inputs(seed=9)
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored.layers[1].attention_span.sigma),
+                                  ops.convert_to_numpy(layer.attention_span.sigma))
+
+
+def test_jit_compiled_training_step_matches_eager_and_learns_the_span():
+    x, y = inputs(seed=10, batch=4), np.array([0, 1, 2, 1])
+    models = []
+    for jit in (False, True):
+        model = span_model()
+        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=jit,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        models.append(model)
+    models[1].set_weights(models[0].get_weights())
+    before = ops.convert_to_numpy(models[0].layers[1].attention_span.span_raw_sigma).copy()
+    losses = [float(m.train_on_batch(x, y)) for m in models]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    for eager, jitted in zip(models[0].get_weights(), models[1].get_weights()):
+        np.testing.assert_allclose(jitted, eager, atol=1e-5)
+    assert not np.array_equal(ops.convert_to_numpy(models[0].layers[1].attention_span.span_raw_sigma), before)
+
+
+def test_mixed_precision_keeps_the_span_in_float32(mixed_policy):
+    layer = attention(span={"initial_sigma": 1.0})
+    outputs, probs = layer(inputs(seed=11), return_attention_scores=True)
+    assert outputs.dtype == mixed_policy.split("_")[1]
+    assert probs.dtype == "float32"
+    assert layer.attention_span.span_raw_sigma.dtype == "float32"
+    assert np.isfinite(ops.convert_to_numpy(ops.cast(outputs, "float32"))).all()
+    assert np.any(ops.convert_to_numpy(probs) == 0.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"span_dims": 3}, "span_dims=3"),
+    ({"initial_sigma": 0.0}, "initial_sigma=0.0"),
+    ({"initial_sigma": -2.0}, "initial_sigma=-2.0"),
+    ({"initial_sigma": float("nan")}, "initial_sigma=nan"),
+    ({"initial_sigma": 0.01, "min_sigma": 0.05}, "initial_sigma=0.01"),
+    ({"min_sigma": 0}, "min_sigma=0"),
+    ({"threshold": 0.0}, "threshold=0.0"),
+    ({"threshold": 1.5}, "threshold=1.5"),
+    ({"threshold": "0.1"}, "threshold='0.1'"),
+])
+def test_bad_span_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AttentionSpan(HEADS, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        RelativeMultiHeadAttention(HEADS, attention_span=kwargs)
+
+
+def test_a_span_of_the_wrong_kind_or_head_count_is_rejected():
+    with pytest.raises(ValueError, match="attention_span='wide'"):
+        RelativeMultiHeadAttention(HEADS, attention_span="wide")
+    with pytest.raises(ValueError, match="span has 2 heads"):
+        RelativeMultiHeadAttention(HEADS, attention_span=AttentionSpan(2))
+    with pytest.raises(ValueError, match="has no per-axis terms"):
+        AttentionSpan(HEADS, span_dims=1).axis_log_modulation(2, 2)
