@@ -29,10 +29,9 @@ def _describe_default(field):
 
 def _parse_value(text):
     """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from keras_attnconv.training import toml_module
+
+    tomllib = toml_module()
     if text.lower() in ("none", "null"):
         return None
     try:
@@ -159,6 +158,19 @@ def _bench(args):
     return 0
 
 
+def _compare(args):
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from keras_attnconv.comparison import compare_models, markdown_table
+
+    overrides = {"epochs": args.epochs, "verbose": 0, "runs_dir": args.runs_dir}
+    results = compare_models(args.recipe, models=args.models.split(","), output=args.output, **overrides)
+    print(markdown_table(results))
+    print(f"wrote {args.output} and {os.path.splitext(args.output)[0]}.md")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="attnconv",
@@ -212,6 +224,17 @@ def build_parser():
     benchmarking.add_argument("--quick", action="store_true", help="small shapes, under a minute")
     benchmarking.add_argument("--output", default="bench.json", help="JSON output (a .md table is written beside)")
     benchmarking.set_defaults(handler=_bench)
+
+    from keras_attnconv.comparison import ENCODINGS
+
+    comparing = commands.add_parser("compare", help="train several models with one recipe and tabulate accuracy")
+    comparing.add_argument("--recipe", default="training/recipes/quick.toml", help="recipe TOML (default: quick)")
+    comparing.add_argument("--models", default=",".join(ENCODINGS),
+                           help="comma-separated model names (default: one small model per encoding)")
+    comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
+    comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
+    comparing.add_argument("--output", default="compare.json", help="JSON output (a .md table is written beside)")
+    comparing.set_defaults(handler=_compare)
     return parser
 
 

@@ -87,13 +87,18 @@ class TrainConfig:
         return cls(**values)
 
 
-def load_recipe(path, **overrides):
-    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored)."""
+def toml_module():
+    """`tomllib` (Python 3.11+) or its backport `tomli` (Python 3.10)."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    return tomllib
 
+
+def load_recipe(path, **overrides):
+    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored)."""
+    tomllib = toml_module()
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No recipe at {str(path)!r}. Received: recipe={str(path)!r}")

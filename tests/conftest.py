@@ -33,3 +33,15 @@ def randomize_weights(layer, seed=0, scale=0.3):
     """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
     rng = np.random.default_rng(seed)
     layer.set_weights([rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()])
+
+
+@pytest.fixture(scope="session")
+def small_npz(tmp_path_factory):
+    """200 real CIFAR-10 images at 8x8 (centre crop) in train/test splits, as a dataset .npz path."""
+    from keras_attnconv.data import load_arrays
+
+    x, y = load_arrays("cifar10_sample", "train")
+    path = tmp_path_factory.mktemp("data") / "small.npz"
+    np.savez(path, x_train=x[:160, 12:20, 12:20], y_train=y[:160], x_test=x[160:200, 12:20, 12:20],
+             y_test=y[160:200])
+    return str(path)

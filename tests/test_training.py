@@ -21,18 +21,6 @@ RECIPES = sorted((Path(__file__).parents[1] / "training" / "recipes").glob("*.to
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 
 
-@pytest.fixture(scope="module")
-def small_npz(tmp_path_factory):
-    """200 real CIFAR-10 images at 8x8 (centre crop) in train/test splits."""
-    from keras_attnconv.data import load_arrays
-
-    x, y = load_arrays("cifar10_sample", "train")
-    path = tmp_path_factory.mktemp("data") / "small.npz"
-    np.savez(path, x_train=x[:160, 12:20, 12:20], y_train=y[:160], x_test=x[160:200, 12:20, 12:20],
-             y_test=y[160:200])
-    return str(path)
-
-
 def small_config(small_npz, run_dir, **overrides):
     values = {"name": "small", "model": "quadratic_tiny", "model_overrides": SMALL_MODEL, "dataset": small_npz,
               "epochs": 2, "batch_size": 20, "run_dir": run_dir and str(run_dir), "verbose": 0,

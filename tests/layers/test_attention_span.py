@@ -232,3 +232,18 @@ def test_a_span_of_the_wrong_kind_or_head_count_is_rejected():
         RelativeMultiHeadAttention(HEADS, attention_span=AttentionSpan(2))
     with pytest.raises(ValueError, match="has no per-axis terms"):
         AttentionSpan(HEADS, span_dims=1).axis_log_modulation(2, 2)
+
+
+def test_a_1d_span_on_a_sequence_is_the_2d_span_along_its_only_axis():
+    """A sequence is a (batch, 1, length, channels) map: the 1-D offset is the column shift."""
+    x = np.random.default_rng(12).normal(size=(2, 1, 9, CHANNELS)).astype("float32")
+    probs = []
+    for span_dims, centers, sigmas in ((1, [[1.5], [-2.0], [0.0]], [[1.0], [2.5], [0.7]]),
+                                       (2, [[0, 1.5], [0, -2.0], [0, 0.0]], [[1, 1.0], [1, 2.5], [1, 0.7]])):
+        keras.utils.set_random_seed(13)
+        layer = RelativeMultiHeadAttention(HEADS, position_score="quadratic", attention_span={"span_dims": span_dims})
+        layer.build(x.shape)
+        set_span(layer, centers, sigmas)
+        probs.append(ops.convert_to_numpy(layer(x, return_attention_scores=True)[1]))
+    np.testing.assert_allclose(probs[0], probs[1], atol=1e-6)
+    assert np.any(probs[0] == 0.0)

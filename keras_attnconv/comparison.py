@@ -1,0 +1,79 @@
+"""`attnconv compare`: train several models with one recipe on the same data and tabulate the results.
+
+Every model is trained by `keras_attnconv.training.train` with the recipe's
+values (same data, seed, schedule and epochs), only ``model`` changing; each
+run has its own run directory (``runs/compare-<model>``), so an interrupted
+comparison resumes where it stopped when run again.
+"""
+
+import time
+from pathlib import Path
+
+from keras_attnconv.callbacks import write_atomically, write_json
+from keras_attnconv.models import get_paper_figures
+
+#: One small model per position encoding of the zoo, for the quick recipe on a CPU.
+ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
+             "quadratic_span_tiny", "learned_span_tiny", "absolute_learned_tiny", "absolute_sinusoid_tiny")
+
+
+def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides):
+    """Trains each of `models` with `recipe` (and `overrides`), writes JSON + markdown, returns the results."""
+    from keras_attnconv.bench import machine
+    from keras_attnconv.training import load_recipe, train
+
+    if not models:
+        raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
+    for name in models:
+        get_paper_figures(name)  # unknown names fail here, before any training
+    rows = []
+    for name in models:
+        config = load_recipe(recipe, model=name, name=f"compare-{name}", export_dir=None, **overrides)
+        start = time.perf_counter()
+        metrics = train(config)
+        rows.append({
+            "model": name,
+            "description": _encoding(name),
+            "trainable_parameters": metrics["trainable_parameters"],
+            "eval_accuracy": metrics["eval_accuracy"],
+            "best_val_accuracy": metrics["best_val_accuracy"],
+            "train_images_per_second": metrics["train_images_per_second"],
+            "wall_seconds": time.perf_counter() - start,
+            "run_dir": metrics["run_dir"],
+        })
+    recipe_values = load_recipe(recipe, **overrides)
+    results = {"recipe": str(recipe), "epochs": recipe_values.epochs, "dataset": recipe_values.dataset,
+               "seed": recipe_values.seed, "precision": recipe_values.precision,
+               "eval_split": metrics["eval_split"], "machine": machine(), "rows": rows}
+    output = Path(output)
+    write_json(output, results)
+    write_atomically(output.with_suffix(".md"), lambda tmp: tmp.write_text(markdown_table(results)))
+    return results
+
+
+def _encoding(name):
+    """What a model stands for: a small variant is described by its full-size configuration."""
+    full = name.removesuffix("_tiny")
+    try:
+        return get_paper_figures(full).row + (" (small variant)" if full != name else "")
+    except ValueError:
+        return get_paper_figures(name).row
+
+
+def markdown_table(results):
+    """The comparison as a markdown table, best final accuracy first."""
+    lines = [f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} epochs, "
+             f"{results['precision']}, seed {results['seed']}), accuracy on the {results['eval_split']} split; "
+             f"{results['machine']['cpus']} CPUs, Keras {results['machine']['keras']} on "
+             f"{results['machine']['backend']}.", "",
+             "| model | encoding | params | accuracy | best epoch | train images/s | wall time |",
+             "|---|---|---|---|---|---|---|"]
+    for row in sorted(results["rows"], key=lambda r: -r["eval_accuracy"]):
+        best = row["best_val_accuracy"]
+        lines.append(
+            f"| `{row['model']}` | {row['description']} | {row['trainable_parameters'] / 1e3:.0f}k "
+            f"| {100 * row['eval_accuracy']:.1f}% | {'-' if best is None else f'{100 * best:.1f}%'} "
+            f"| {row['train_images_per_second']:.0f} | {row['wall_seconds'] / 60:.1f} min |"
+        )
+    return "\n".join(lines) + "\n"
+
