@@ -6,6 +6,7 @@ run has its own run directory (``runs/compare-<model>``), so an interrupted
 comparison resumes where it stopped when run again.
 """
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -26,9 +27,10 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
     for name in models:
         get_paper_figures(name)  # unknown names fail here, before any training
+    recipe_values = load_recipe(recipe, **overrides)
     rows = []
     for name in models:
-        config = load_recipe(recipe, model=name, name=f"compare-{name}", export_dir=None, **overrides)
+        config = dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
         start = time.perf_counter()
         metrics = train(config)
         rows.append({
@@ -41,7 +43,6 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
             "wall_seconds": time.perf_counter() - start,
             "run_dir": metrics["run_dir"],
         })
-    recipe_values = load_recipe(recipe, **overrides)
     results = {"recipe": str(recipe), "epochs": recipe_values.epochs, "dataset": recipe_values.dataset,
                "seed": recipe_values.seed, "precision": recipe_values.precision,
                "eval_split": metrics["eval_split"], "machine": machine(), "rows": rows}

@@ -272,10 +272,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         scores = self._unmodulated_scores(tokens, height, width)
         if self.attention_span is not None:
             scores = self.attention_span.modulate(scores, height, width)
-        if not self.uses_content:
-            # Position-only: softmax is invariant to the row max, and subtracting it (with its
-            # gradient) keeps far-away centres' gradients exact, see `_position_softmax`.
-            scores = scores - ops.max(scores, axis=-1, keepdims=True)
         return scores
 
     def _unmodulated_scores(self, tokens, height, width):
@@ -317,7 +313,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self._mode(height, width) == "separable":
             return self._call_separable(inputs, height, width, training, return_attention_scores)
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
-        probabilities = ops.softmax(self._scores(tokens, height, width), axis=-1)
+        scores = self._scores(tokens, height, width)
+        # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
+        probabilities = ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
         dropped = self.dropout_layer(probabilities, training=training)
         outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
         if self.output_bias is not None:
