@@ -41,7 +41,7 @@ def _attention_flops(layer, input_shape):
     heads, key_dim, out_dim = layer.num_heads, layer._key_dim, layer._output_dim
     projection = 2 * tokens * channels * heads * key_dim
     linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
-    carried = out_dim if layer.values_first else channels
+    carried = min(out_dim, channels)  # the attention contraction carries the narrower width
     if layer._mode(height, width) == "separable":  # a row pass and a column pass
         attention = 2 * heads * tokens * (height + width) * carried
     else:

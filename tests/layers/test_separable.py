@@ -102,14 +102,15 @@ def test_far_centres_and_huge_alpha(alpha):
         np.testing.assert_allclose(ops.convert_to_numpy(fast_by_name[name]),
                                    ops.convert_to_numpy(general_by_name[name]), rtol=1e-5, atol=1e-5,
                                    err_msg=name)
-    # Centre and alpha gradients too, and both agree with a float64 reference although the far
-    # heads' score slopes reach 2*alpha*|delta - Delta| ~ 200 and |delta - Delta|^2 ~ 5e6.
+    # Centre and alpha gradients: both paths agree with a float64 reference to 1e-5 although the
+    # far heads' score slopes reach 2*alpha*|delta - Delta| ~ 200 and |delta - Delta|^2 ~ 5e6.
+    # (Compared with the reference rather than with each other: two float32 sums over all
+    # (query, key) pairs, each within 1e-5 of the truth, can be 2e-5 apart.)
     reference = centre_gradients_float64(fast, x)
     for name, exact in zip(("centers", "alpha"), reference):
-        fast_grad = ops.convert_to_numpy(fast_by_name[name])
-        general_grad = ops.convert_to_numpy(general_by_name[name])
-        np.testing.assert_allclose(fast_grad, general_grad, rtol=1e-5, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(fast_grad, exact, rtol=1e-5, atol=1e-5, err_msg=name)
+        for path, gradients in (("fast", fast_by_name), ("general", general_by_name)):
+            np.testing.assert_allclose(ops.convert_to_numpy(gradients[name]), exact, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{path} {name}")
 
 
 def test_bfloat16_fast_path_within_its_tolerance():
