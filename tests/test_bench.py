@@ -9,7 +9,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys):
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     results = json.loads(output.read_text())
-    assert results["machine"]["backend"] and results["matmul_gflops"] > 0
+    assert results["machine"]["backend"]
     assert [row["tokens"] for row in results["layer"]] == ["8x8", "16x16"]
     for row in results["layer"]:
         assert row["fast_mode"] == "separable"
@@ -17,7 +17,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys):
         assert row["max_abs_difference"] <= 1e-5
     assert {row["model"] for row in results["models"]} == {"quadratic_tiny", "resnet_tiny"}
     for row in results["models"]:
-        assert row["images_per_second"] > 0 and 0 < row["fraction_of_matmul"]
+        assert row["images_per_second"] > 0 and row["matmul_gflops"] > 0 and 0 < row["fraction_of_matmul"]
     table = (tmp_path / "bench.md").read_text()
     assert "| tokens |" in table and "| model |" in table
     assert "speed-up" in capsys.readouterr().out
