@@ -3,6 +3,7 @@
 import math
 import re
 
+import keras
 import numpy as np
 import pytest
 from conftest import requires_tensorflow
@@ -56,6 +57,8 @@ def test_analytical_count_matches_tensorflow_statistics(name, overrides):
     assert count_flops(model).total == per_image
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="arithmetic on layer configs, the same on every backend: checked once, on TensorFlow")
 def test_paper_convention_reproduces_table_1():
     # Table 1 counts products with weights only (2 FLOPs per multiply-add).
     expected = {"resnet18": 1.1, "quadratic": 6.2, "learned": 6.2, "learned_content": 15.0}
