@@ -1,13 +1,11 @@
 """The `attnconv` command line."""
 
 import argparse
+import os
 import sys
 
 
 def _list(args):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_attnconv.models.summary import markdown_table, model_rows
 
     print(markdown_table(model_rows(args.models or None)))
@@ -43,9 +41,7 @@ def _parse_value(text):
 def _train(args):
     import dataclasses
     import json
-    import os
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_attnconv.training import TrainConfig, load_recipe, train
 
     overrides = {f.name: _parse_value(getattr(args, f.name)) for f in dataclasses.fields(TrainConfig)
@@ -63,9 +59,6 @@ def _train(args):
 
 
 def _export(args):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_attnconv.export import export_registered, paper_configurations
 
     if args.all:
@@ -83,10 +76,8 @@ def _export(args):
 
 def _plot(args):
     import json
-    import os
     from pathlib import Path
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import matplotlib
 
@@ -123,9 +114,6 @@ def _plot(args):
 
 
 def _convert(args):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
     import numpy as np
 
@@ -147,9 +135,6 @@ def _convert(args):
 
 
 def _bench(args):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_attnconv.bench import markdown_tables, run_benchmark
 
     results = run_benchmark(quick=args.quick, output=args.output)
@@ -159,9 +144,6 @@ def _bench(args):
 
 
 def _compare(args):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from keras_attnconv.comparison import compare_models, markdown_table
 
     overrides = {"epochs": args.epochs, "verbose": 0, "runs_dir": args.runs_dir}
@@ -239,6 +221,8 @@ def build_parser():
 
 
 def main(argv=None):
+    # Quiet TensorFlow's C++ logs for every command (a value the user set wins).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
