@@ -146,15 +146,14 @@ def _max_difference(size, hidden, heads, seed=0):
 
 
 def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, **_):
-    cases = [{"size": size, "hidden": hidden, "heads": heads, "batch": layer_batch, "separable": separable}
-             for size in sizes for separable in (True, False)]
-    memory = iter(_in_workers(cases))
+    shapes = [{"size": size, "hidden": hidden, "heads": heads, "batch": layer_batch} for size in sizes]
+    memory = iter(_in_workers([{**shape, "separable": separable} for shape in shapes for separable in (True, False)]))
     rows = []
-    for size in sizes:
+    for shape in shapes:
         fast_memory, general_memory = next(memory), next(memory)
-        case = {"size": size, "hidden": hidden, "heads": heads, "batch": layer_batch}
-        steps = {path: _layer_step(**case, separable=path == "fast")[1] for path in ("fast", "general")}
+        steps = {path: _layer_step(**shape, separable=path == "fast")[1] for path in ("fast", "general")}
         seconds, _ = _interleaved(steps, repeats)
+        size = shape["size"]
         rows.append({
             "tokens": f"{size}x{size}",
             "fast_ms": 1e3 * seconds["fast"],
