@@ -5,27 +5,39 @@ The serving signature (``serving_default``) takes ``images``: uint8
 ``classes`` (int64 ``[batch]``) and ``class_names`` (string ``[batch]``). The
 per-channel normalisation is inside the graph, so clients send raw pixels.
 
-Each version directory is written under a temporary name and renamed into
-place at the end, so TF Serving never sees half an export; an existing
-version is never overwritten. ``saved_models/models.config`` lists every
-exported model for ``--model_config_file``; ``assets.extra/`` holds the
+Each version directory is written under a hidden staging name
+(``.tmp-<random>-<host>-<pid>``) and renamed onto its number at the end, so TF
+Serving never sees half an export. The rename is also how a version number is
+claimed: concurrent exports of one model end on distinct versions, and an
+existing version is never overwritten. Staging directories left by killed
+exports are removed by the next export. ``saved_models/models.config`` lists
+every exported model for ``--model_config_file``; ``assets.extra/`` holds the
 warm-up requests TF Serving replays at load time and ``metadata.json``.
 """
 
+import errno
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
+import time
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_attnconv import __version__
+from keras_attnconv.version import __version__
 from keras_attnconv.callbacks import write_atomically
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_BATCH_SIZES = (1, 8)
+# Staging directories whose owner cannot be checked (another host, another naming) are
+# removed only after this long: no export takes a day.
+STALE_STAGING_SECONDS = 24 * 3600
+STAGING_NAME = re.compile(r"\.tmp-[0-9a-f]+-(?P<host>.+)-(?P<pid>\d+)")
 
 
 def float32_copy(model):
@@ -51,19 +63,96 @@ def next_version(model_dir):
     return max(versions, default=0) + 1
 
 
+def _served_models(export_root):
+    return sorted(p.name for p in export_root.iterdir()
+                  if p.is_dir() and any(v.is_dir() and v.name.isdigit() for v in p.iterdir()))
+
+
 def write_models_config(export_root, base_path="/models"):
     """Writes ``models.config`` (TF Serving text proto) listing every model under `export_root`."""
     export_root = Path(export_root)
-    names = sorted(p.name for p in export_root.iterdir()
-                   if p.is_dir() and any(v.is_dir() and v.name.isdigit() for v in p.iterdir()))
-    entries = "".join(
-        f'  config {{\n    name: "{name}"\n    base_path: "{base_path}/{name}"\n'
-        f'    model_platform: "tensorflow"\n    model_version_policy {{ all {{}} }}\n  }}\n'
-        for name in names
-    )
     path = export_root / "models.config"
-    write_atomically(path, lambda tmp: tmp.write_text(f"model_config_list {{\n{entries}}}\n"))
-    return path
+    while True:
+        names = _served_models(export_root)
+        entries = "".join(
+            f'  config {{\n    name: "{name}"\n    base_path: "{base_path}/{name}"\n'
+            f'    model_platform: "tensorflow"\n    model_version_policy {{ all {{}} }}\n  }}\n'
+            for name in names
+        )
+        write_atomically(path, lambda tmp: tmp.write_text(f"model_config_list {{\n{entries}}}\n"))
+        # A concurrent export may publish another model after our scan and write its config
+        # before ours lands: whoever sees the listing change after writing writes again, so
+        # the last write always lists every model (no lock needed).
+        if _served_models(export_root) == names:
+            return path
+
+
+def _check_writable(export_dir, *subdirs):
+    """Fails before any work if a version or ``models.config`` could not be written."""
+    for path in (Path(export_dir), *subdirs):
+        # The directory is created if missing: then its nearest existing parent must be writable.
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(f"Cannot export to export_dir={str(export_dir)!r}: "
+                                     f"{existing} is a file, not a directory.")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(f"Cannot export to export_dir={str(export_dir)!r}: "
+                                  f"{existing} is not writable.")
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def _remove_stale_staging(model_dir):
+    """Removes the staging directories of exports that were killed; never a running export's."""
+    for staging in model_dir.glob(".tmp-*"):
+        match = STAGING_NAME.fullmatch(staging.name)
+        try:
+            # A pid only identifies a process on this host (the export root may be shared
+            # storage), and os.kill(pid, 0) would terminate it on Windows.
+            if match and match["host"] == socket.gethostname() and os.name == "posix":
+                stale = not _pid_alive(int(match["pid"]))
+            else:
+                stale = time.time() - staging.stat().st_mtime > STALE_STAGING_SECONDS
+        except FileNotFoundError:  # removed meanwhile by another export
+            continue
+        if stale:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _version_exists(target, version):
+    return FileExistsError(f"{target} exists: versions are never overwritten. Pass another `version`, "
+                           f"or version=None for the next free one. Received: version={version}")
+
+
+def _publish(staging, model_dir, version, info):
+    """Renames the complete `staging` directory onto its version number; returns the version directory.
+
+    The rename is the atomic claim of the number: when two exports pick the
+    same next version, the second rename fails (the first one's directory is
+    not empty) and, with ``version=None``, moves on to the next number.
+    """
+    candidate = next_version(model_dir) if version is None else version
+    while True:
+        target = model_dir / str(candidate)
+        info["version"] = candidate  # metadata.json names the version, so it is written per try
+        (staging / "assets.extra" / "metadata.json").write_text(json.dumps(info, indent=2) + "\n")
+        try:
+            os.rename(staging, target)  # atomic: TF Serving sees all of the version or none of it
+            return target
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise
+            if version is not None:
+                raise _version_exists(target, version) from None
+            candidate += 1
 
 
 def _serving_function(model, class_names, mean, std):
@@ -110,8 +199,9 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
         model: a Keras model from images (normalised float) to logits.
         export_dir: export root (``saved_models``); ``models.config`` is
             rewritten there.
-        version: int or None (next free version). An existing version is
-            never overwritten: FileExistsError.
+        version: int or None (next free version, also when concurrent
+            exports of the same model race). An existing version is never
+            overwritten: FileExistsError.
         class_names: names of the classes (default: CIFAR-10's when the model
             has 10 outputs, else the class indices).
         jit_compile: export an XLA-compiled serving function instead of a
@@ -119,11 +209,15 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
         model_name: directory name (default: ``model.name``).
         mean, std: per-channel normalisation applied inside the graph.
         metadata: extra JSON-serializable fields for ``metadata.json``.
-        warmup: write ``assets.extra/tf_serving_warmup_requests`` (needs the
-            ``serving`` extra, tensorflow-serving-api).
+        warmup: write ``assets.extra/tf_serving_warmup_requests`` (built with
+            tensorflow-serving-api).
 
     Returns:
         The path of the version directory.
+
+    Raises:
+        PermissionError, NotADirectoryError: `export_dir` cannot be written;
+            raised before any work, nothing is written.
     """
     import tensorflow as tf
 
@@ -134,19 +228,19 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
     if len(class_names) != num_classes:
         raise ValueError(f"`class_names` must have one name per output ({num_classes}). "
                          f"Received: {len(class_names)} names")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ValueError(f"`version` must be a positive integer or None. Received: version={version!r}")
     model_dir = Path(export_dir) / model_name
-    version = next_version(model_dir) if version is None else version
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"`version` must be a positive integer. Received: version={version!r}")
-    target = model_dir / str(version)
-    if target.exists():
-        raise FileExistsError(f"{target} exists: versions are never overwritten. Pass another version.")
+    _check_writable(export_dir, model_dir)
+    if version is not None and (model_dir / str(version)).exists():
+        raise _version_exists(model_dir / str(version), version)  # fail before the work; rechecked at publication
 
     serving_model = float32_copy(model)
     image_shape = tuple(int(d) for d in serving_model.input_shape[1:])
-    staging = model_dir / f".tmp-{version}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(model_dir)
+    # Unique per export (random part) and traceable to its process (host, pid) for the cleanup.
+    staging = model_dir / f".tmp-{secrets.token_hex(4)}-{socket.gethostname()}-{os.getpid()}"
     try:
         archive = keras.export.ExportArchive()
         archive.track(serving_model)
@@ -161,7 +255,7 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
             _write_warmup(staging, model_name, image_shape)
         info = {
             "model": model_name,
-            "version": version,
+            "version": None,  # set by _publish
             "signature": {"inputs": {"images": ["uint8", [None, *image_shape]]},
                           "outputs": {"probabilities": ["float32", [None, num_classes]],
                                       "classes": ["int64", [None]], "class_names": ["string", [None]]}},
@@ -173,8 +267,7 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
             **(metadata or {}),
         }
         (staging / "assets.extra").mkdir(exist_ok=True)
-        (staging / "assets.extra" / "metadata.json").write_text(json.dumps(info, indent=2) + "\n")
-        os.rename(staging, target)  # atomic: TF Serving sees all of the version or none of it
+        target = _publish(staging, model_dir, version, info)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     write_models_config(export_dir)
@@ -203,6 +296,7 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
     from keras_attnconv.data import dataset_info
     from keras_attnconv.models import build_model, get_model_config
 
+    _check_writable(export_dir)  # before building or loading the model
     if run_dir is None:
         if name is None:
             raise ValueError("Give a model name or a training run directory.")

@@ -2,10 +2,14 @@
 
 import hashlib
 import json
+import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -153,7 +157,7 @@ def tree_digest(path):
 def test_existing_version_is_never_overwritten(exported):
     model, root, path = exported
     before = tree_digest(path)
-    with pytest.raises(FileExistsError, match="never overwritten"):
+    with pytest.raises(FileExistsError, match="never overwritten.*version=1"):
         export.export_saved_model(model, root, version=1, model_name="quadratic_tiny")
     assert tree_digest(path) == before
 
@@ -194,6 +198,153 @@ def test_export_all_writes_every_model_and_the_config(tmp_path, monkeypatch):
         assert metadata["weights"].startswith("initial")
         assert metadata["model_config"]["num_classes"] == 10
     assert (tmp_path / "models.config").read_text().count("config {") == 2
+
+
+def tiny_model():
+    """A model that exports in about a second: enough for the publication and file-system tests."""
+    return keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)],
+                            name="tiny")
+
+
+def exported_version(path):
+    return json.loads((path / "assets.extra" / "metadata.json").read_text())["version"]
+
+
+def _export_tiny_after_barrier(barrier, root, results):
+    """Runs in a spawned process: both exports start at once, so both see the same next version."""
+    model = tiny_model()
+    barrier.wait(timeout=300)
+    try:
+        results.put(str(export.export_saved_model(model, root, warmup=False)))
+    except BaseException as error:
+        results.put(repr(error))
+
+
+def test_concurrent_exports_of_one_model_publish_distinct_complete_versions(tmp_path):
+    import tensorflow as tf
+
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(tmp_path), results))
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    paths = sorted(results.get(timeout=300) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+    assert paths == [str(tmp_path / "tiny" / "1"), str(tmp_path / "tiny" / "2")]
+    for path in map(Path, paths):
+        assert exported_version(path) == int(path.name)
+        served = tf.saved_model.load(str(path)).signatures["serving_default"]
+        assert served(images=tf.zeros((2, 8, 8, 3), tf.uint8))["probabilities"].shape == (2, 3)
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["1", "2"]  # no staging left
+    assert 'name: "tiny"' in (tmp_path / "models.config").read_text()
+
+
+def test_a_stale_next_version_publishes_the_next_free_one(tmp_path, monkeypatch):
+    first = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    before = tree_digest(first)
+    # As if another export had published version 1 between our choice of number and our rename.
+    monkeypatch.setattr(export, "next_version", lambda model_dir: 1)
+    second = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    assert second == tmp_path / "tiny" / "2" and exported_version(second) == 2
+    assert tree_digest(first) == before
+
+
+def test_an_explicit_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
+    other = tmp_path / "tiny" / "5" / "saved_model.pb"
+    real_copy = export.float32_copy
+
+    def publish_version_5_meanwhile(model):
+        other.parent.mkdir(parents=True)
+        other.write_text("another export")
+        return real_copy(model)
+
+    monkeypatch.setattr(export, "float32_copy", publish_version_5_meanwhile)
+    with pytest.raises(FileExistsError, match="never overwritten.*version=5"):
+        export.export_saved_model(tiny_model(), tmp_path, version=5, warmup=False)
+    assert other.read_text() == "another export"
+    assert [p.name for p in (tmp_path / "tiny").iterdir()] == ["5"]
+
+
+def test_staging_left_by_dead_exports_is_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    host, day = socket.gethostname(), 24 * 3600
+    stagings = {  # name: (age in seconds, removed by the next export)
+        f".tmp-0a1b2c3d-{host}-{dead.pid}": (0, True),
+        f".tmp-0a1b2c3d-{host}-{os.getpid()}": (2 * day, False),  # live: kept whatever its age
+        f".tmp-0a1b2c3d-elsewhere-{dead.pid}": (0, False),  # another host: its pid means nothing here
+        f".tmp-0a1b2c3d-elsewhere-{os.getpid()}": (2 * day, True),  # ... but it is a day old
+        ".tmp-1-999": (2 * day, True),  # the former naming, a day old
+    }
+    for name, (age, _) in stagings.items():
+        (tmp_path / "tiny" / name).mkdir(parents=True)
+        (tmp_path / "tiny" / name / "saved_model.pb").write_text("partial")
+        os.utime(tmp_path / "tiny" / name, (time.time() - age,) * 2)
+    export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    kept = {p.name for p in (tmp_path / "tiny").iterdir()}
+    assert kept == {"1"} | {name for name, (_, removed) in stagings.items() if not removed}
+
+
+@pytest.fixture
+def forbid_work(monkeypatch):
+    """Fails the test if the export starts building the serving model."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the export did work before checking that it could publish")
+
+    monkeypatch.setattr(export, "float32_copy", fail)
+    monkeypatch.setattr("keras_attnconv.models.build_model", fail)
+
+
+def test_a_read_only_export_root_fails_before_any_work(tmp_path, monkeypatch, forbid_work):
+    root = tmp_path / "saved_models"
+    (root / "tiny").mkdir(parents=True)  # writable: only models.config could not be written
+    root.chmod(0o555)
+    try:
+        try:
+            (root / "probe").touch()
+        except PermissionError:
+            pass
+        else:  # root ignores file modes: answer as os.access would for another user
+            (root / "probe").unlink()
+            real_access = os.access
+            monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != root and real_access(path, mode))
+        with pytest.raises(PermissionError, match="export_dir") as error:
+            export.export_saved_model(tiny_model(), root, warmup=False)
+        assert f"{root} is not writable" in str(error.value)
+        with pytest.raises(PermissionError, match="export_dir"):
+            export.export_registered("quadratic_tiny", root)
+        assert [p.name for p in root.iterdir()] == ["tiny"] and list((root / "tiny").iterdir()) == []
+    finally:
+        root.chmod(0o755)
+
+
+def test_an_export_root_under_a_file_fails_before_any_work(tmp_path, forbid_work):
+    (tmp_path / "file").write_text("not a directory")
+    root = tmp_path / "file" / "saved_models"
+    with pytest.raises(NotADirectoryError, match="export_dir") as error:
+        export.export_saved_model(tiny_model(), root, warmup=False)
+    assert f"{tmp_path / 'file'} is a file" in str(error.value)
+    with pytest.raises(NotADirectoryError, match="export_dir"):
+        export.export_registered("quadratic_tiny", root)
+    assert (tmp_path / "file").read_text() == "not a directory"
+
+
+def test_models_config_lists_a_model_published_while_it_is_written(tmp_path, monkeypatch):
+    (tmp_path / "a" / "1").mkdir(parents=True)
+    real_write = export.write_atomically
+
+    def another_export_publishes_meanwhile(path, write):
+        if not (tmp_path / "b").exists():  # after our scan, before our write lands
+            (tmp_path / "b" / "1").mkdir(parents=True)
+            export.write_models_config(tmp_path)
+        real_write(path, write)
+
+    monkeypatch.setattr(export, "write_atomically", another_export_publishes_meanwhile)
+    config = export.write_models_config(tmp_path).read_text()
+    assert 'name: "a"' in config and 'name: "b"' in config
 
 
 @pytest.mark.slow
