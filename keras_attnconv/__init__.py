@@ -1,40 +1,48 @@
 """keras_attnconv: a Keras 3 model zoo for "On the Relationship between
-Self-Attention and Convolutional Layers" (Cordonnier, Loukas, Jaggi, ICLR 2020)."""
+Self-Attention and Convolutional Layers" (Cordonnier, Loukas, Jaggi, ICLR 2020).
 
-__version__ = "0.1.0"
+The public names are imported on first use (PEP 562), so that
+``import keras_attnconv`` and the ``attnconv`` command start without loading
+Keras and its backend until something needs them.
+"""
 
-from keras_attnconv import layers, models, optim
-from keras_attnconv.conversion import ConvolutionAsAttention, conv_to_attention
-from keras_attnconv.layers import (
-    GaussianScore,
-    InvertibleDownsampling,
-    LearnedPositionEmbedding,
-    LearnedRelativeScore,
-    QuadraticScore,
-    RelativeMultiHeadAttention,
-    SinusoidalPositionEmbedding,
-    SirenScore,
-    TransformerEncoderBlock,
-)
-from keras_attnconv.models import build_model, get_model_config, get_paper_figures, list_models
+import importlib
 
-__all__ = [
-    "ConvolutionAsAttention",
-    "GaussianScore",
-    "InvertibleDownsampling",
-    "LearnedPositionEmbedding",
-    "LearnedRelativeScore",
-    "QuadraticScore",
-    "RelativeMultiHeadAttention",
-    "SinusoidalPositionEmbedding",
-    "SirenScore",
-    "TransformerEncoderBlock",
-    "build_model",
-    "conv_to_attention",
-    "get_model_config",
-    "get_paper_figures",
-    "layers",
-    "list_models",
-    "models",
-    "optim",
-]
+from keras_attnconv.version import __version__
+
+# public name -> module that defines it
+_EXPORTS = {
+    "ConvolutionAsAttention": "keras_attnconv.conversion",
+    "conv_to_attention": "keras_attnconv.conversion",
+    "GaussianScore": "keras_attnconv.layers",
+    "InvertibleDownsampling": "keras_attnconv.layers",
+    "LearnedPositionEmbedding": "keras_attnconv.layers",
+    "LearnedRelativeScore": "keras_attnconv.layers",
+    "QuadraticScore": "keras_attnconv.layers",
+    "RelativeMultiHeadAttention": "keras_attnconv.layers",
+    "SinusoidalPositionEmbedding": "keras_attnconv.layers",
+    "SirenScore": "keras_attnconv.layers",
+    "TransformerEncoderBlock": "keras_attnconv.layers",
+    "build_model": "keras_attnconv.models",
+    "get_model_config": "keras_attnconv.models",
+    "get_paper_figures": "keras_attnconv.models",
+    "list_models": "keras_attnconv.models",
+}
+_SUBMODULES = ("layers", "models", "optim")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"keras_attnconv.{name}")
+    else:
+        raise AttributeError(f"module 'keras_attnconv' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,6 +1,7 @@
 """The `attnconv` command line."""
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -27,7 +28,7 @@ def _describe_default(field):
 
 def _parse_value(text):
     """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings."""
-    from keras_attnconv.training import toml_module
+    from keras_attnconv.recipe import toml_module
 
     tomllib = toml_module()
     if text.lower() in ("none", "null"):
@@ -42,7 +43,7 @@ def _train(args):
     import dataclasses
     import json
 
-    from keras_attnconv.training import TrainConfig, load_recipe, train
+    from keras_attnconv.recipe import TrainConfig, load_recipe
 
     overrides = {f.name: _parse_value(getattr(args, f.name)) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
@@ -51,9 +52,11 @@ def _train(args):
     else:
         config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
                                        source="command-line")
-    metrics = train(config)
-    summary = {k: metrics[k] for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
-                                        "train_images_per_second", "optimizer_steps")}
+    from keras_attnconv.workflow import train_and_export  # after the checks: this loads Keras
+
+    metrics = train_and_export(config)
+    summary = {k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
+                                           "train_images_per_second", "optimizer_steps", "export")}
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -66,7 +69,7 @@ def _export(args):
     elif args.model or args.run:
         names = [args.model]
     else:
-        raise SystemExit("attnconv export: give --model NAME, --run RUN_DIR or --all")
+        raise ValueError("give --model NAME, --run RUN_DIR or --all. Received: no model")
     for name in names:
         path = export_registered(name, args.export_dir, run_dir=args.run, version=args.version,
                                  jit_compile=args.jit_compile)
@@ -88,7 +91,8 @@ def _plot(args):
     run = Path(args.run)
     checkpoint = run / "checkpoints" / "best.keras"
     if not checkpoint.exists():
-        raise SystemExit(f"attnconv plot: {checkpoint} not found; --run must be a training run directory")
+        raise FileNotFoundError(f"{checkpoint} not found: --run must be a training run directory. "
+                                f"Received: --run {args.run}")
     model = keras.saving.load_model(checkpoint, compile=False)
     config = json.loads((run / "config.json").read_text())
     info = dataset_info(config["dataset"])
@@ -144,10 +148,11 @@ def _bench(args):
 
 
 def _compare(args):
-    from keras_attnconv.comparison import compare_models, markdown_table
+    from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
 
     overrides = {"epochs": args.epochs, "verbose": 0, "runs_dir": args.runs_dir}
-    results = compare_models(args.recipe, models=args.models.split(","), output=args.output, **overrides)
+    models = args.models.split(",") if args.models else ENCODINGS
+    results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
     print(f"wrote {args.output} and {os.path.splitext(args.output)[0]}.md")
     return 0
@@ -158,17 +163,22 @@ def build_parser():
         prog="attnconv",
         description="keras_attnconv: self-attention as convolution (Cordonnier et al., ICLR 2020).",
     )
+    from keras_attnconv.version import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and TensorFlow's logs")
+    common = argparse.ArgumentParser(add_help=False)  # --debug also after the command name
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    listing = commands.add_parser("list", help="the model zoo: parameters and FLOPs beside the paper's")
+    listing = commands.add_parser("list", parents=[common], help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
     listing.set_defaults(handler=_list)
 
     import dataclasses
 
-    from keras_attnconv.training import TrainConfig
+    from keras_attnconv.recipe import TrainConfig
 
-    training = commands.add_parser(
-        "train", help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
+    training = commands.add_parser(        "train", parents=[common], help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
         description="Train a configuration. Every recipe field can be overridden: --epochs 3, "
                     "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
     )
@@ -178,7 +188,7 @@ def build_parser():
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
     training.set_defaults(handler=_train)
 
-    exporting = commands.add_parser("export", help="write TF Serving SavedModels to saved_models/<model>/<version>/")
+    exporting = commands.add_parser("export", parents=[common], help="write TF Serving SavedModels to saved_models/<model>/<version>/")
     exporting.add_argument("--model", help="registered model name (initial weights unless --run is given)")
     exporting.add_argument("--run", help="training run directory whose best checkpoint is exported")
     exporting.add_argument("--all", action="store_true", help="export every full-size configuration")
@@ -187,11 +197,11 @@ def build_parser():
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
     exporting.set_defaults(handler=_export)
 
-    plotting = commands.add_parser("plot", help="write the attention figures of a training run as PNG")
+    plotting = commands.add_parser("plot", parents=[common], help="write the attention figures of a training run as PNG")
     plotting.add_argument("--run", required=True, help="training run directory")
     plotting.set_defaults(handler=_plot)
 
-    converting = commands.add_parser("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
+    converting = commands.add_parser("convert", parents=[common], help="turn a random Conv2D into attention (Theorem 1), print the error")
     converting.add_argument("--kernel-size", type=int, default=3)
     converting.add_argument("--filters", type=int, default=8)
     converting.add_argument("--channels", type=int, default=4)
@@ -202,17 +212,14 @@ def build_parser():
     converting.add_argument("--seed", type=int, default=0)
     converting.set_defaults(handler=_convert)
 
-    benchmarking = commands.add_parser("bench", help="benchmark the fast attention path and the models' steps")
+    benchmarking = commands.add_parser("bench", parents=[common], help="benchmark the fast attention path and the models' steps")
     benchmarking.add_argument("--quick", action="store_true", help="small shapes, under a minute")
     benchmarking.add_argument("--output", default="bench.json", help="JSON output (a .md table is written beside)")
     benchmarking.set_defaults(handler=_bench)
 
-    from keras_attnconv.comparison import ENCODINGS
-
-    comparing = commands.add_parser("compare", help="train several models with one recipe and tabulate accuracy")
+    comparing = commands.add_parser("compare", parents=[common], help="train several models with one recipe and tabulate accuracy")
     comparing.add_argument("--recipe", default="training/recipes/quick.toml", help="recipe TOML (default: quick)")
-    comparing.add_argument("--models", default=",".join(ENCODINGS),
-                           help="comma-separated model names (default: one small model per encoding)")
+    comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
     comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
     comparing.add_argument("--output", default="compare.json", help="JSON output (a .md table is written beside)")
@@ -220,15 +227,48 @@ def build_parser():
     return parser
 
 
+def _quiet_start_up(debug):
+    """Silences TensorFlow's and absl's start-up logs (CUDA probing on a CPU machine, CPU features, ...).
+
+    Errors still reach the user as exceptions (one line, see `main`); with
+    ``--debug`` every log is shown. A value the user set in the environment wins.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if debug else "3")
+    if not debug:
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def _one_line(error):
+    message = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, (KeyError, ModuleNotFoundError)) or not str(error):
+        message = f"{type(error).__name__}: {message}"
+    return message
+
+
 def main(argv=None):
-    # Quiet TensorFlow's C++ logs for every command (a value the user set wins).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    """Runs one `attnconv` command; returns its exit code (0, or 2 for any error: one line on stderr).
+
+    ``--debug`` shows the error's traceback and TensorFlow's logs instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_start_up(args.debug)
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
-    return args.handler(args)
+    from keras_attnconv.console import native_log_filter
+
+    try:
+        with contextlib.nullcontext() if args.debug else native_log_filter():
+            return args.handler(args)
+    except KeyboardInterrupt:
+        print(f"attnconv {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # every error: one line and exit 2 (a traceback with --debug)
+        if args.debug:
+            raise
+        print(f"attnconv {args.command}: error: {_one_line(error)} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,11 +1,19 @@
-"""The `attnconv` command: help and the model listing."""
+"""The `attnconv` command: help without loading a framework, one-line errors with exit code 2,
+no native start-up noise, the model listing."""
 
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from keras_attnconv import cli
+
+
+def run_cli(*args, **env):
+    return subprocess.run([sys.executable, "-m", "keras_attnconv.cli", *args], check=False, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
 
 
 def test_list_prints_our_and_the_papers_figures(capsys):
@@ -15,14 +23,76 @@ def test_list_prints_our_and_the_papers_figures(capsys):
     assert "| `resnet18` | ResNet18 (Table 1) | 11.17M | 11.2M | 1.11B | 1.1B |" in out
 
 
-def test_list_rejects_unknown_models():
-    with pytest.raises(ValueError, match="Did you mean 'quadratic'"):
-        cli.main(["list", "quadratik"])
-
-
 def test_no_command_prints_help_and_fails(capsys):
     assert cli.main([]) == 2
     assert "usage: attnconv" in capsys.readouterr().out
+
+
+def test_help_and_argument_checks_load_no_framework():
+    # What keeps `attnconv --help` and a rejected flag instant: neither imports Keras or TensorFlow.
+    script = ("import sys; from keras_attnconv import cli\n"
+              "assert cli.main(['train', '--jit-compile', 'maybe']) == 2\n"
+              "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tensorflow', 'jax')))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "usage: attnconv" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--jit-compile", "maybe"], "`jit_compile` must be true or false. Received: jit_compile='maybe'"),
+    (["train", "--learning-rate", "-1"], "Received: learning_rate=-1"),
+    (["train", "--momentum", "1.5"], "Received: momentum=1.5"),
+    (["train", "--seed", "x"], "Received: seed='x'"),
+    (["train", "--download", "yes"], "Received: download='yes'"),
+    (["train", "--epochs", "0"], "Received: epochs=0"),
+    (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
+    (["export"], "give --model NAME, --run RUN_DIR or --all"),
+])
+def test_errors_are_one_line_naming_the_value_with_exit_code_2(capsys, args, message):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and err.startswith(f"attnconv {args[0]}: error: ")
+
+
+def test_a_malformed_recipe_names_the_file(tmp_path, capsys):
+    recipe = tmp_path / "broken.toml"
+    recipe.write_text("epochs = [\n")
+    assert cli.main(["train", "--recipe", str(recipe)]) == 2
+    assert f"The recipe '{recipe}' is not valid TOML" in capsys.readouterr().err
+
+
+def test_an_unknown_model_fails_before_anything_is_written(tmp_path, capsys):
+    assert cli.main(["train", "--model", "quadratik", "--runs-dir", str(tmp_path / "runs"),
+                     "--export-dir", str(tmp_path / "saved")]) == 2
+    assert "Did you mean 'quadratic'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_shows_the_traceback():
+    result = run_cli("--debug", "list", "quadratik")
+    assert result.returncode != 0 and "Traceback (most recent call last)" in result.stderr
+    quiet = run_cli("list", "quadratik")
+    assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+
+
+def test_no_native_start_up_noise_on_a_cpu_machine():
+    result = run_cli("list", "resnet_tiny", TF_CPP_MIN_LOG_LEVEL="")
+    assert result.returncode == 0 and "resnet_tiny" in result.stdout
+    assert result.stderr == "", result.stderr
+
+
+def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
+    from keras_attnconv.console import native_log_filter
+
+    with native_log_filter():
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
+        os.write(2, b"I0000 00:00:1795451018.238620    2360 cudart_stub.cc:31] Could not find cuda drivers\n")
+        os.write(2, b"E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\n")
+        print("a Python warning", file=sys.stderr)
+    lines = sorted(capfd.readouterr().err.splitlines())
+    assert lines == ["E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error", "a Python warning"]
 
 
 @pytest.mark.skipif(shutil.which("attnconv") is None, reason="console script not on PATH")

@@ -1,0 +1,117 @@
+"""Training recipes: the `TrainConfig` of one run, read from TOML and the command line.
+
+This module imports no framework, so `attnconv train` rejects a bad recipe or
+flag at once, before TensorFlow or JAX loads and before anything is written.
+"""
+
+import dataclasses
+from pathlib import Path
+
+from keras_attnconv.utils import check_bool, check_choice, check_positive_int, check_real, did_you_mean
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """One training run; the defaults are Table 2 of the paper.
+
+    Every field can be set in a recipe TOML file and on the command line
+    (``--epochs 3``, ``--precision mixed_bfloat16``, ``--model-overrides
+    '{num_layers = 2}'``). Every field is checked here, so a bad value fails
+    before a run directory is created.
+    """
+
+    name: str = "run"
+    model: str = "quadratic"
+    model_overrides: dict = dataclasses.field(default_factory=dict)
+    dataset: str = "cifar10"
+    data_dir: "str | None" = None
+    download: bool = False
+    eval_split: "str | None" = None
+    epochs: int = 300
+    batch_size: int = 100
+    learning_rate: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    warmup_ratio: float = 0.05
+    precision: str = "float32"
+    jit_compile: bool = True
+    strategy: str = "default"
+    seed: "int | None" = 0
+    steps_per_epoch: "int | None" = None
+    runs_dir: str = "runs"
+    run_dir: "str | None" = None
+    export_dir: "str | None" = "saved_models"
+    verbose: int = 1
+
+    def __post_init__(self):
+        for field in ("name", "model", "dataset", "runs_dir"):
+            _check_text(field, getattr(self, field))
+        for field in ("data_dir", "eval_split", "run_dir", "export_dir"):
+            if getattr(self, field) is not None:
+                _check_text(field, getattr(self, field))
+        if "/" in self.name or self.name in (".", ".."):
+            raise ValueError(f"`name` names a run directory under runs_dir and cannot be a path. "
+                             f"Received: name={self.name!r}")
+        check_positive_int("epochs", self.epochs)
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("steps_per_epoch", self.steps_per_epoch, allow_none=True)
+        check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        check_real("momentum", self.momentum, 0.0, 1.0, high_open=True)
+        check_real("weight_decay", self.weight_decay, low=0.0)
+        check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
+        check_bool("download", self.download)
+        check_bool("jit_compile", self.jit_compile)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("strategy", self.strategy, STRATEGIES)
+        check_choice("verbose", self.verbose, (0, 1, 2))
+        if self.seed is not None:
+            check_real("seed", self.seed, 0, 2**32 - 1)
+            if isinstance(self.seed, float):
+                raise ValueError(f"`seed` must be None or an integer in [0, 2**32). Received: seed={self.seed!r}")
+        if not isinstance(self.model_overrides, dict):
+            raise ValueError(
+                f"`model_overrides` must be a table/dict. Received: model_overrides={self.model_overrides!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values, source="recipe"):
+        """Builds a config, rejecting unknown fields by name (with the closest valid one)."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in fields:
+                raise ValueError(f"Unknown {source} field {key!r}.{did_you_mean(key, fields)} "
+                                 f"Received: {key}={values[key]!r}")
+        return cls(**values)
+
+
+def _check_text(name, value):
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"`{name}` must be a non-empty string. Received: {name}={value!r}")
+
+
+def toml_module():
+    """`tomllib` (Python 3.11+) or its backport `tomli` (Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
+def load_recipe(path, **overrides):
+    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored)."""
+    tomllib = toml_module()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No recipe at {str(path)!r}. Received: recipe={str(path)!r}")
+    try:
+        with path.open("rb") as f:
+            values = {"name": path.stem, **tomllib.load(f)}
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {error}. Received: recipe={str(path)!r}") \
+            from error
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig.from_dict(values, source=f"recipe ({path})")

@@ -1,0 +1,52 @@
+"""Argument checks with Keras-style messages ("... Received: name=value"), for every level of the package.
+
+Pure Python and NumPy: importing this module imports no framework, so the
+command line can validate its arguments before TensorFlow or JAX loads.
+"""
+
+import difflib
+import math
+import numbers
+
+
+def closest_names(name, candidates):
+    """Names in `candidates` closest to `name`, for 'did you mean' messages."""
+    return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.3)
+
+
+def did_you_mean(name, candidates):
+    """`` Did you mean 'x'?`` for the closest candidates, or an empty string."""
+    suggestions = closest_names(name, candidates)
+    return f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+
+
+def check_positive_int(name, value, allow_none=False):
+    """Raises ValueError naming `name` unless `value` is an integer >= 1 (or None when allowed)."""
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        expected = "None or a positive integer" if allow_none else "a positive integer"
+        raise ValueError(f"`{name}` must be {expected}. Received: {name}={value!r}")
+
+
+def check_real(name, value, low=-math.inf, high=math.inf, low_open=False, high_open=False):
+    """Raises ValueError naming `name` unless `value` is a finite real number in the given interval."""
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        raise ValueError(f"`{name}` must be a finite number in {interval}. Received: {name}={value!r}")
+
+
+def check_bool(name, value):
+    """Raises ValueError naming `name` unless `value` is True or False (not a string such as "maybe")."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be true or false. Received: {name}={value!r}")
+
+
+def check_choice(name, value, choices):
+    """Raises ValueError naming `name` unless `value` is one of `choices` (suggesting the closest)."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}."
+                         f"{did_you_mean(value, choices)} Received: {name}={value!r}")
