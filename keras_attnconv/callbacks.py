@@ -1,6 +1,7 @@
-"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, throughput."""
+"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop, throughput."""
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -28,11 +29,21 @@ def write_json(path, data):
     write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
 
 
+def _unsaved_variables(model):
+    """The model's variables that ``save_weights`` leaves out: the random streams of its dropout layers.
+
+    Restoring them makes a resumed run draw the same dropout masks as an
+    uninterrupted one.
+    """
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
 class ResumableBackup(keras.callbacks.Callback):
     """Saves the training state after every epoch so that a killed run resumes where it stopped.
 
     Like `keras.callbacks.BackupAndRestore`, but each state (model weights,
-    optimizer variables and epoch) is written to a fresh directory and only then
+    optimizer variables, the dropout layers' random streams and the epoch) is written to a fresh directory and only then
     published by atomically replacing ``latest.json``: a kill at any moment
     leaves the previous complete state in place, never a half-written or
     mismatched one. Call `restore` before ``fit`` and pass the epoch it returns
@@ -69,6 +80,11 @@ class ResumableBackup(keras.callbacks.Callback):
                              f"{len(optimizer.variables)}: it belongs to a different configuration.")
         for variable, value in zip(optimizer.variables, values):
             variable.assign(value)
+        streams = state / "random_streams.npz"
+        if streams.exists():  # backups of earlier versions have none: dropout then draws anew
+            with np.load(streams) as saved:
+                for i, variable in enumerate(_unsaved_variables(model)):
+                    variable.assign(saved[f"v{i}"])
         return int(latest["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
@@ -80,12 +96,43 @@ class ResumableBackup(keras.callbacks.Callback):
         self.model.save_weights(partial / "model.weights.h5")
         arrays = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self.model.optimizer.variables)}
         np.savez(partial / "optimizer.npz", **arrays)
+        streams = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_unsaved_variables(self.model))}
+        np.savez(partial / "random_streams.npz", **streams)
         shutil.rmtree(state, ignore_errors=True)
         os.replace(partial, state)
         write_json(self._pointer, {"epoch": epoch + 1, "directory": directory})
         states = sorted(p for p in self.backup_dir.glob("epoch-*") if p.is_dir())
         for old in states[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops ``fit`` with `NonFiniteLossError` at the first batch whose loss is NaN or infinite.
+
+    Keras' `TerminateOnNaN` only sets ``stop_training``, so the epoch's end
+    callbacks still run and would back up the broken weights; raising here
+    leaves the last backup and the best checkpoint as they were. Put it before
+    any callback that writes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLossError(
+                f"The training loss became {float(loss)} at epoch {self._epoch + 1}, batch {batch + 1}; training "
+                "stopped. The last backup and the best checkpoint are kept. Lower the learning rate (e.g. "
+                "--learning-rate) or check the data, then rerun the same command to resume from the backup.")
 
 
 class BestCheckpoint(keras.callbacks.Callback):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attnconv.layers.validation import closest_names
+from keras_attnconv.utils import did_you_mean
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # Per-channel statistics of the training sets (pixels scaled to [0, 1]).
@@ -49,19 +49,54 @@ def dataset_info(name):
         return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "validation")
     if str(name).endswith(".npz"):
         with np.load(_existing_npz(name)) as data:
-            labels = np.concatenate([data[k] for k in data.files if k == "y" or k.startswith("y_")])
-            image_size = int(data[next(k for k in data.files if k == "x" or k.startswith("x_"))].shape[1])
-        num_classes = max(int(labels.max()) + 1, 2)
-        names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
+            splits = _npz_splits(name, data.files)
+            labels = np.concatenate([_integer_labels(name, split, data[y]) for split, (_, y) in splits.items()])
+            image_size = int(data[next(iter(splits.values()))[0]].shape[1])
+            stated = [str(n) for n in data["class_names"]] if "class_names" in data.files else None
+        num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
+        if num_classes < 2:
+            raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
+                             f"`class_names` array. Received: labels {sorted(set(labels.tolist()))}")
+        names = tuple(stated) if stated else (CIFAR10_CLASSES if num_classes == 10 else
+                                              tuple(str(i) for i in range(num_classes)))
         return DatasetInfo(str(name), num_classes, names, CIFAR10_MEAN, CIFAR10_STD, "test", image_size)
     raise ValueError(_unknown_dataset_message(name))
 
 
 def _unknown_dataset_message(name):
-    suggestions = closest_names(name, DATASETS)
-    hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    return (f"Unknown dataset {name!r}.{hint} Use one of {', '.join(DATASETS)} or a path to a .npz file "
-            f"with uint8 `x` (N, H, W, 3) and integer `y`. Received: name={name!r}")
+    return (f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
+            f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`. Received: name={name!r}")
+
+
+def _npz_splits(name, files):
+    """{split: (images key, labels key)} of a .npz: ``x_<split>``/``y_<split>`` pairs, or ``x``/``y`` for all."""
+    splits = {key[2:]: (key, f"y_{key[2:]}") for key in files if key.startswith("x_")}
+    if "x" in files:
+        splits[""] = ("x", "y")
+    if not splits:
+        raise ValueError(f"{name!r} holds no images: it needs an `x` array (or `x_<split>` arrays) of uint8 "
+                         f"(N, H, W, 3) and integer labels `y`. Received: arrays {sorted(files)}")
+    for images_key, labels_key in splits.values():
+        if labels_key not in files:
+            raise ValueError(f"{name!r} has images {images_key!r} but no labels {labels_key!r}. "
+                             f"Received: arrays {sorted(files)}")
+    return splits
+
+
+def _integer_labels(name, split, labels):
+    """Labels as int64, refusing what would be silently truncated or out of range."""
+    labels = np.asarray(labels)
+    where = f"{name!r} split {split!r}" if split else repr(name)
+    if labels.dtype.kind not in "iuf" or labels.ndim not in (1, 2) or (labels.ndim == 2 and labels.shape[1] != 1):
+        raise ValueError(f"The labels of {where} must be one integer per image, shape (N,). "
+                         f"Received: y {labels.dtype} {labels.shape}")
+    labels = labels.reshape(-1)
+    if labels.dtype.kind == "f" and not (np.isfinite(labels).all() and (labels == np.round(labels)).all()):
+        raise ValueError(f"The labels of {where} must be whole class numbers; float labels would be truncated. "
+                         f"Received: y {labels.dtype} with values such as {labels[labels != np.round(labels)][:3]}")
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"The labels of {where} must be class numbers >= 0. Received: y with min {labels.min()}")
+    return labels.astype("int64")
 
 
 def _existing_npz(path):
@@ -71,28 +106,39 @@ def _existing_npz(path):
     return path
 
 
-def load_arrays(name, split):
-    """Images (uint8, NHWC) and labels (int64) of the embedded sample or a local .npz.
+def load_arrays(name, split, *, data_dir=None, download=False):
+    """Images (uint8, NHWC) and labels (int64, checked to lie in [0, classes)) of one split, as NumPy arrays.
 
-    For a local file, ``x``/``y`` hold the data of every split unless the file
-    has ``x_<split>``/``y_<split>`` arrays.
+    Reads the embedded sample, a local .npz (``x``/``y`` hold the data of every
+    split unless the file has ``x_<split>``/``y_<split>`` arrays; an optional
+    ``class_names`` array states the classes) or a tfds dataset (the whole
+    split in memory: CIFAR's 50,000 images take 150 MB). Everything is checked
+    here, before any training starts.
     """
-    if name == "cifar10_sample":
-        path = SAMPLE_PATH
-    elif str(name).endswith(".npz"):
-        path = _existing_npz(name)
+    info = dataset_info(name)
+    if name in TFDS_DATASETS:
+        import tensorflow_datasets as tfds
+
+        images, labels = tfds.as_numpy(_tfds_dataset(name, split, data_dir, download, batch_size=-1))
+        where = f"{name!r} split {split!r}"
     else:
-        raise ValueError(f"load_arrays reads the embedded sample or a .npz file. Received: name={name!r}")
-    with np.load(path) as data:
-        keys = (f"x_{split}", f"y_{split}") if f"x_{split}" in data.files else ("x", "y")
-        if keys[0] not in data.files:
-            splits = sorted(k[2:] for k in data.files if k.startswith("x_"))
-            raise ValueError(f"{name!r} has no split {split!r}; it has {splits}. Received: split={split!r}")
-        images, labels = data[keys[0]], data[keys[1]].astype("int64").reshape(-1)
+        path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
+        with np.load(path) as data:
+            splits = _npz_splits(name, data.files)
+            key = split if split in splits else ""
+            if key not in splits:
+                raise ValueError(f"{name!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}")
+            images, labels = data[splits[key][0]], _integer_labels(name, key, data[splits[key][1]])
+        where = f"{name!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
-        raise ValueError(f"{name!r} must hold uint8 images (N, H, W, 3) and N labels. "
+        raise ValueError(f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
                          f"Received: x {images.dtype} {images.shape}, y {labels.shape}")
-    return images, labels
+    if not len(images):
+        raise ValueError(f"{where} holds no images. Received: x {images.shape}")
+    if labels.max() >= info.num_classes:
+        raise ValueError(f"The labels of {where} must lie in [0, {info.num_classes}) for {info.num_classes} classes. "
+                         f"Received: y with max {labels.max()}")
+    return images, labels.astype("int64")
 
 
 def normalize_numpy(images, info):
@@ -100,7 +146,7 @@ def normalize_numpy(images, info):
     return ((images.astype("float32") / 255.0 - np.float32(info.mean)) / np.float32(info.std)).astype("float32")
 
 
-def _tfds_dataset(name, split, data_dir, download):
+def _tfds_dataset(name, split, data_dir, download, batch_size=None):
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=data_dir)
@@ -114,7 +160,7 @@ def _tfds_dataset(name, split, data_dir, download):
         builder.download_and_prepare()
     if split not in builder.info.splits:
         raise ValueError(f"{name} has splits {sorted(builder.info.splits)}. Received: split={split!r}")
-    return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
+    return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, batch_size=batch_size)
 
 
 def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augment=None, shuffle=None,

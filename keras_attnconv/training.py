@@ -2,114 +2,52 @@
 
 A run directory holds ``config.json`` (the resolved recipe), ``backup/``
 (resumable state, see `ResumableBackup`), ``checkpoints/best.keras``,
-``logs/`` (TensorBoard), ``history.csv`` and, once finished, ``metrics.json``;
-the best checkpoint is then exported for TF Serving under ``export_dir``.
-Running the same command again after a crash resumes the run; running it after
-the run finished starts a new directory (``<name>-1``, ``<name>-2``, ...).
+``logs/`` (TensorBoard, where it is installed), ``history.csv`` and, once
+finished, ``metrics.json``. Running the same command again after a crash
+resumes the run with the same per-epoch results as an uninterrupted run (the
+data order, augmentation and dropout streams are restored with the weights);
+running it after the run finished starts a new directory (``<name>-1``, ...).
+
+Everything (recipe, model configuration, data, schedule, strategy) is checked
+before the run directory is created, so a typo never leaves a half-made run
+behind; a lock keeps a second process out of a run directory in use. Export
+for serving is a separate step (`keras_attnconv.export`), which
+`attnconv train` runs after training.
 """
 
+import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 import keras
 
-from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, Throughput, write_json
-from keras_attnconv.layers.validation import closest_names
+from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, Throughput, write_json
+from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("default", "mirrored", "multi_worker")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """One training run; the defaults are Table 2 of the paper.
-
-    Every field can be set in a recipe TOML file and on the command line
-    (``--epochs 3``, ``--precision mixed_bfloat16``, ``--model-overrides
-    '{"num_layers": 2}'``).
-    """
-
-    name: str = "run"
-    model: str = "quadratic"
-    model_overrides: dict = dataclasses.field(default_factory=dict)
-    dataset: str = "cifar10"
-    data_dir: "str | None" = None
-    download: bool = False
-    eval_split: "str | None" = None
-    epochs: int = 300
-    batch_size: int = 100
-    learning_rate: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    warmup_ratio: float = 0.05
-    precision: str = "float32"
-    jit_compile: bool = True
-    strategy: str = "default"
-    seed: "int | None" = 0
-    steps_per_epoch: "int | None" = None
-    runs_dir: str = "runs"
-    run_dir: "str | None" = None
-    export_dir: "str | None" = "saved_models"
-    verbose: int = 1
-
-    def __post_init__(self):
-        for field in ("epochs", "batch_size"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{field}` must be a positive integer. Received: {field}={value!r}")
-        if self.steps_per_epoch is not None and (not isinstance(self.steps_per_epoch, int) or self.steps_per_epoch < 1):
-            raise ValueError(f"`steps_per_epoch` must be None or a positive integer. "
-                             f"Received: steps_per_epoch={self.steps_per_epoch!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"`precision` must be one of {PRECISIONS}. Received: precision={self.precision!r}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={self.strategy!r}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"`warmup_ratio` must be in [0, 1). Received: warmup_ratio={self.warmup_ratio}")
-        if not isinstance(self.model_overrides, dict):
-            raise ValueError(
-                f"`model_overrides` must be a table/dict. Received: model_overrides={self.model_overrides!r}"
-            )
-
-    @classmethod
-    def from_dict(cls, values, source="recipe"):
-        """Builds a config, rejecting unknown fields by name (with the closest valid one)."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        for key in values:
-            if key not in fields:
-                suggestions = closest_names(key, fields)
-                hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-                raise ValueError(f"Unknown {source} field {key!r}.{hint} Received: {key}={values[key]!r}")
-        return cls(**values)
+__all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",
+           "toml_module", "train"]
 
 
-def toml_module():
-    """`tomllib` (Python 3.11+) or its backport `tomli` (Python 3.10)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    return tomllib
-
-
-def load_recipe(path, **overrides):
-    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored)."""
-    tomllib = toml_module()
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No recipe at {str(path)!r}. Received: recipe={str(path)!r}")
-    with path.open("rb") as f:
-        values = {"name": path.stem, **tomllib.load(f)}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return TrainConfig.from_dict(values, source=f"recipe ({path})")
+class RunInUseError(RuntimeError):
+    """Another process is training in this run directory."""
 
 
 def make_strategy(name):
-    """The tf.distribute strategy: one device, all local GPUs (or CPUs), or all workers of TF_CONFIG."""
+    """The tf.distribute strategy: one device, all local GPUs (or CPUs), or all workers of TF_CONFIG.
+
+    On other backends only ``"default"`` exists (None: no strategy scope).
+    """
+    if keras.backend.backend() != "tensorflow":
+        if name != "default":
+            raise ValueError(f"`strategy` {name!r} needs the TensorFlow backend (tf.distribute); the backend is "
+                             f"{keras.backend.backend()!r}. Received: strategy={name!r}")
+        return None
     import tensorflow as tf
 
     if name == "mirrored":
@@ -131,17 +69,101 @@ def resolve_run_dir(config):
     return candidate
 
 
+def resolved_config(config, run_dir):
+    """The dict written to ``config.json``: the config with its run directory."""
+    return {**dataclasses.asdict(config), "run_dir": str(run_dir)}
+
+
+def same_run(saved, resolved):
+    """The fields (other than verbosity, place and export) in which two resolved configs differ."""
+    ignored = ("verbose", "run_dir", "export_dir")
+    return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
+
+
 def _check_same_run(run_dir, resolved):
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
     saved = json.loads(saved_path.read_text())
-    changed = sorted(k for k in set(saved) | set(resolved)
-                     if k not in ("verbose", "run_dir") and saved.get(k) != resolved.get(k))
+    changed = same_run(saved, resolved)
     if changed:
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
         raise ValueError(f"{run_dir} holds an unfinished run with a different configuration ({details}). "
                          "Resume it with the same settings, or pass another --run-dir.")
+
+
+@contextlib.contextmanager
+def run_lock(run_dir):
+    """Holds an exclusive lock on `run_dir` (``.lock``) for the duration; a second holder gets RunInUseError.
+
+    The lock is the operating system's (flock): it is released when the holder
+    exits, however it exits, so a killed run never leaves a stale lock.
+    """
+    try:
+        import fcntl
+    except ModuleNotFoundError:  # not POSIX: no lock
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunInUseError(f"{run_dir} is in use by {holder}: wait for it to finish or pass another "
+                                f"--run-dir. Received: run_dir={str(run_dir)!r}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What a run needs, computed and checked before anything is written."""
+
+    info: object
+    eval_split: str
+    train_batches: object
+    eval_batches: object
+    steps_per_epoch: int
+    schedule: object
+    strategy: object
+    replicas: int
+
+
+def _plan(config):
+    """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
+    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.input_pipeline import ArrayBatches
+    from keras_attnconv.models import get_model_config
+    from keras_attnconv.optim import WarmupCosineDecay
+
+    info = dataset_info(config.dataset)
+    get_model_config(config.model, num_classes=info.num_classes, image_size=info.image_size,
+                     **config.model_overrides)
+    eval_split = config.eval_split or info.eval_split
+    data_args = {"data_dir": config.data_dir, "download": config.download}
+    batch_args = {"batch_size": config.batch_size, "mean": info.mean, "std": info.std}
+    train_batches = ArrayBatches(*load_arrays(config.dataset, "train", **data_args), augment=True, shuffle=True,
+                                 seed=config.seed, drop_remainder=True, steps_per_epoch=config.steps_per_epoch,
+                                 **batch_args)
+    eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), **batch_args)
+    steps_per_epoch = len(train_batches)
+    total_steps = steps_per_epoch * config.epochs
+    schedule = WarmupCosineDecay(config.learning_rate, total_steps,
+                                 warmup_steps=math.floor(config.warmup_ratio * total_steps))
+    strategy = make_strategy(config.strategy)
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if config.batch_size % replicas:
+        raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
+                         f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
+    return _Plan(info, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas)
 
 
 def _centre_tracking(model, run_dir):
@@ -155,51 +177,50 @@ def _centre_tracking(model, run_dir):
     return [AttentionCentersHistory(run_dir / "centers_history.npz")]
 
 
-def train(config):
-    """Trains `config` (a `TrainConfig`) and returns the final metrics dict.
+def _logging_callbacks(run_dir):
+    """CSV history always; TensorBoard where TensorFlow (its writer) is installed."""
+    callbacks = [keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True)]
+    if importlib.util.find_spec("tensorflow") is not None:
+        callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0))
+    return callbacks
 
-    The global dtype policy is set for the run and restored afterwards.
+
+def train(config):
+    """Trains `config` (a `TrainConfig`) and returns the final metrics dict (also in ``metrics.json``).
+
+    Raises ValueError naming the field for a bad dataset, model override,
+    schedule or strategy before anything is written; `RunInUseError` when
+    another process trains in the same run directory; and
+    `keras_attnconv.callbacks.NonFiniteLossError` when the loss becomes NaN
+    or infinite (the last backup and the best checkpoint are kept). The
+    global dtype policy is set for the run and restored afterwards.
     """
-    from keras_attnconv.data import dataset_info, load_dataset
+    plan = _plan(config)
+    run_dir = resolve_run_dir(config)
+    resolved = resolved_config(config, run_dir)
+    _check_same_run(run_dir, resolved)
+    with run_lock(run_dir):
+        _check_same_run(run_dir, resolved)  # again, now that no other process can write it
+        write_json(run_dir / "config.json", resolved)
+        return _fit(config, plan, run_dir)
+
+
+def _fit(config, plan, run_dir):
+    from keras_attnconv.input_pipeline import EpochSync
     from keras_attnconv.models import build_model
     from keras_attnconv.models.summary import trainable_parameters
-    from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
+    from keras_attnconv.optim import CoupledWeightDecaySGD
 
-    run_dir = resolve_run_dir(config)
-    resolved = {**dataclasses.asdict(config), "run_dir": str(run_dir)}
-    _check_same_run(run_dir, resolved)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", resolved)
-
-    strategy = make_strategy(config.strategy)
-    replicas = strategy.num_replicas_in_sync
-    if config.batch_size % replicas:
-        raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
-                         f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
-    info = dataset_info(config.dataset)
-    eval_split = config.eval_split or info.eval_split
-    data_args = {"batch_size": config.batch_size, "data_dir": config.data_dir, "download": config.download}
-    train_data = load_dataset(config.dataset, "train", seed=config.seed, **data_args)
-    eval_data = load_dataset(config.dataset, eval_split, **data_args)
-    steps_per_epoch = config.steps_per_epoch or int(train_data.cardinality())
-    if steps_per_epoch < 1:
-        raise ValueError(f"The training split of {config.dataset!r} has fewer images than one batch of "
-                         f"{config.batch_size}. Received: batch_size={config.batch_size}")
-    if config.steps_per_epoch:
-        train_data = train_data.repeat()
-    total_steps = steps_per_epoch * config.epochs
-
+    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
     previous_policy = keras.config.dtype_policy()
     keras.mixed_precision.set_dtype_policy(config.precision)
     try:
-        with strategy.scope():
-            model_args = {"num_classes": info.num_classes, "image_size": info.image_size, **config.model_overrides}
+        with scope:
+            model_args = {"num_classes": plan.info.num_classes, "image_size": plan.info.image_size,
+                          **config.model_overrides}
             model = build_model(config.model, seed=config.seed, **model_args)
-            schedule = WarmupCosineDecay(config.learning_rate, total_steps,
-                                         warmup_steps=math.floor(config.warmup_ratio * total_steps))
             model.compile(
-                optimizer=CoupledWeightDecaySGD(schedule, momentum=config.momentum,
-                                                weight_decay=config.weight_decay),
+                optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum, weight_decay=config.weight_decay),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"],
                 jit_compile=config.jit_compile,
@@ -208,31 +229,31 @@ def train(config):
             initial_epoch = backup.restore(model)
         if initial_epoch:
             print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
-        throughput = Throughput(steps_per_epoch * config.batch_size)
+        throughput = Throughput(plan.steps_per_epoch * config.batch_size)
         start = time.perf_counter()
         history = model.fit(
-            train_data,
-            validation_data=eval_data,
+            plan.train_batches,
+            validation_data=plan.eval_batches,
             epochs=config.epochs,
             initial_epoch=initial_epoch,
-            steps_per_epoch=steps_per_epoch,
             verbose=config.verbose,
-            shuffle=False,  # the dataset shuffles itself
+            shuffle=False,  # the batches are shuffled by (seed, epoch), reproducibly
             callbacks=[
+                EpochSync(plan.train_batches),
+                StopOnNonFiniteLoss(),  # before any callback that writes
                 backup,
                 BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
-                keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True),
-                keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0),
+                *_logging_callbacks(run_dir),
                 throughput,
                 *_centre_tracking(model, run_dir),
             ],
         )
-        loss, accuracy = model.evaluate(eval_data, verbose=0)
+        loss, accuracy = model.evaluate(plan.eval_batches, verbose=0)
         best_path = run_dir / "checkpoints" / "best.json"
         metrics = {
             "model": config.model,
             "dataset": config.dataset,
-            "eval_split": eval_split,
+            "eval_split": plan.eval_split,
             "eval_loss": float(loss),
             "eval_accuracy": float(accuracy),
             "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
@@ -242,7 +263,7 @@ def train(config):
             "train_images_per_second": throughput.images_per_second,
             "precision": config.precision,
             "jit_compile": config.jit_compile,
-            "replicas": replicas,
+            "replicas": plan.replicas,
             "wall_seconds_this_session": time.perf_counter() - start,
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
         }
@@ -250,8 +271,4 @@ def train(config):
         metrics["run_dir"] = str(run_dir)
     finally:
         keras.mixed_precision.set_dtype_policy(previous_policy)
-    if config.export_dir:
-        from keras_attnconv.export import export_registered
-
-        metrics["export"] = str(export_registered(config.model, config.export_dir, run_dir=run_dir))
     return metrics

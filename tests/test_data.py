@@ -45,7 +45,7 @@ def test_augmentation_is_a_padded_crop_with_optional_flip(tmp_path):
     rng = np.random.default_rng(0)
     image = rng.integers(1, 255, (1, 32, 32, 3), dtype=np.uint8)  # no zero pixel in the original
     path = tmp_path / "one.npz"
-    np.savez(path, x=np.repeat(image, 64, axis=0), y=np.zeros(64, int))
+    np.savez(path, x=np.repeat(image, 64, axis=0), y=np.arange(64) % 2)
     info = data.dataset_info(str(path))
     augmented, _ = first_batch(data.load_dataset(str(path), "train", batch_size=64, seed=1))
     padded = np.pad(data.normalize_numpy(image, info)[0], ((4, 4), (4, 4), (0, 0)),
@@ -76,7 +76,7 @@ def test_local_npz_with_splits(tmp_path):
 
 def test_bad_npz_contents_are_rejected(tmp_path):
     path = tmp_path / "floats.npz"
-    np.savez(path, x=np.zeros((4, 8, 8, 3), "float32"), y=np.zeros(4, int))
+    np.savez(path, x=np.zeros((4, 8, 8, 3), "float32"), y=np.arange(4) % 2)
     with pytest.raises(ValueError, match="uint8"):
         data.load_arrays(str(path), "train")
     with pytest.raises(FileNotFoundError, match="missing.npz"):
@@ -96,3 +96,35 @@ def test_unknown_dataset_is_named_with_a_suggestion():
 def test_bad_batch_size_is_named():
     with pytest.raises(ValueError, match="batch_size=0"):
         data.load_dataset("cifar10_sample", "train", batch_size=0)
+
+
+def npz(tmp_path, name="data.npz", **arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return str(path)
+
+
+IMAGES = np.zeros((6, 8, 8, 3), np.uint8)
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"x": IMAGES, "y": np.array([0, 1, 2, 0, 1, 5]), "class_names": np.array(["a", "b", "c"])},
+     r"must lie in \[0, 3\).*max 5"),
+    ({"x": IMAGES, "y": np.array([0, 1, -1, 0, 1, 1])}, "class numbers >= 0.*min -1"),
+    ({"x": IMAGES, "y": np.array([0, 1.5, 2, 0, 1, 1])}, "float labels would be truncated"),
+    ({"x": IMAGES, "y": np.array(["a"] * 6)}, "one integer per image"),
+    ({"x": IMAGES}, "no labels 'y'"),
+    ({"y": np.zeros(6, int)}, "holds no images"),
+    ({"x": IMAGES[:0], "y": np.zeros(0, int), "class_names": np.array(["a", "b"])}, "holds no images"),
+    ({"x": IMAGES, "y": np.zeros(6, int)}, "at least 2 classes"),
+])
+def test_bad_npz_labels_and_arrays_are_named(tmp_path, arrays, message):
+    with pytest.raises(ValueError, match=message):
+        data.load_arrays(npz(tmp_path, **arrays), "train")
+
+
+def test_whole_float_labels_and_stated_class_names_are_accepted(tmp_path):
+    path = npz(tmp_path, x=IMAGES, y=np.array([0.0, 1.0, 2.0, 0.0, 1.0, 1.0]), class_names=np.array(list("abcd")))
+    images, labels = data.load_arrays(path, "train")
+    assert labels.dtype == np.int64 and labels.tolist() == [0, 1, 2, 0, 1, 1]
+    assert data.dataset_info(path).class_names == ("a", "b", "c", "d")  # 4 classes stated, 3 seen

@@ -16,6 +16,7 @@ import pytest
 
 from keras_attnconv.models import get_model_config
 from keras_attnconv.training import TrainConfig, load_recipe, train
+from keras_attnconv.workflow import train_and_export
 
 RECIPES = sorted((Path(__file__).parents[1] / "training" / "recipes").glob("*.toml"))
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -124,10 +125,10 @@ def test_training_learns_real_cifar10_images(tmp_path):
     # The quick recipe, shortened: a broken model stays at chance (10% +- 1.3% on 500 images).
     config = load_recipe(RECIPES[0].with_name("quick.toml"), epochs=3, run_dir=str(tmp_path / "quick"), verbose=0,
                          export_dir=str(tmp_path / "saved_models"))
-    metrics = train(config)
+    metrics = train_and_export(config)
     assert metrics["eval_split"] == "validation"
     assert metrics["eval_accuracy"] > 0.2
-    assert (Path(metrics["export"]) / "saved_model.pb").exists()  # train exports its best checkpoint
+    assert (Path(metrics["export"]) / "saved_model.pb").exists()  # `attnconv train` exports the best checkpoint
     metadata = json.loads((Path(metrics["export"]) / "assets.extra" / "metadata.json").read_text())
     assert metadata["weights"].startswith("trained") and metadata["best_val_accuracy"] > 0.2
     assert metadata["model_config"]["num_layers"] == 2 and metadata["training_config"]["epochs"] == 3
@@ -160,3 +161,81 @@ def test_unknown_recipe_field_is_named(tmp_path):
 def test_bad_recipe_values_are_named(field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r}"):
         TrainConfig(**{field: value})
+
+
+def write_npz(path, labels, **extra):
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.integers(0, 256, (len(labels), 8, 8, 3), dtype=np.uint8), y=np.asarray(labels), **extra)
+    return str(path)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"model": "quadratik"}, "Did you mean 'quadratic'"),
+    ({"model_overrides": {"num_layer": 2}}, "num_layer"),
+    ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
+    ({"dataset": "labels_out_of_range"}, r"must lie in \[0, 3\)"),
+    ({"batch_size": 500}, "fewer than one batch"),
+    ({"eval_split": "validation"}, "split='validation'"),
+])
+def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, bad, message):
+    if bad.get("dataset") == "labels_out_of_range":  # 3 classes stated, a label 7 among them
+        bad = {"dataset": write_npz(tmp_path / "bad.npz", [0, 1, 2, 7] * 10, class_names=["a", "b", "c"])}
+    with pytest.raises(ValueError, match=message):
+        train(small_config(small_npz, tmp_path / "run", **bad))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_path):
+    from keras_attnconv.training import RunInUseError, run_lock
+
+    run = tmp_path / "run"
+    with run_lock(run):  # flock: a second open file description conflicts even within one process
+        with pytest.raises(RunInUseError, match=f"in use by process {os.getpid()}"):
+            train(small_config(small_npz, run))
+        assert not (run / "config.json").exists()
+    train(small_config(small_npz, run, epochs=1))  # released when its holder is done
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz, tmp_path, monkeypatch):
+    from keras_attnconv.callbacks import NonFiniteLossError
+    from keras_attnconv.input_pipeline import ArrayBatches
+
+    clean = ArrayBatches.__getitem__
+
+    def poisoned_in_the_second_epoch(self, index):
+        images, labels = clean(self, index)
+        return (images * np.nan if self.augment and self.epoch == 1 else images), labels
+
+    monkeypatch.setattr(ArrayBatches, "__getitem__", poisoned_in_the_second_epoch)
+    run = tmp_path / "run"
+    with pytest.raises(NonFiniteLossError, match="loss became nan at epoch 2, batch 1"):
+        train(small_config(small_npz, run, epochs=3))
+    assert json.loads((run / "backup" / "latest.json").read_text())["epoch"] == 1
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 1
+    best = keras.saving.load_model(run / "checkpoints" / "best.keras", compile=False)
+    assert all(np.isfinite(w).all() for w in best.get_weights())
+    assert not (run / "metrics.json").exists()
+
+
+def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch):
+    # Data order, augmentation and dropout (0.1 in the tiny model) all depend on the seed and the epoch.
+    from keras_attnconv.input_pipeline import EpochSync
+
+    config = dict(epochs=3, steps_per_epoch=3, jit_compile=True, model_overrides={**SMALL_MODEL, "dropout": 0.3})
+    train(small_config(small_npz, tmp_path / "whole", **config))
+    synced = EpochSync.on_epoch_begin
+
+    def crash_before_the_third_epoch(self, epoch, logs=None):
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated crash")
+        synced(self, epoch, logs)
+
+    monkeypatch.setattr(EpochSync, "on_epoch_begin", crash_before_the_third_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_config(small_npz, tmp_path / "resumed", **config))
+    monkeypatch.setattr(EpochSync, "on_epoch_begin", synced)
+    keras.utils.set_random_seed(999)  # a fresh process: nothing global carries over
+    train(small_config(small_npz, tmp_path / "resumed", **config))
+    whole = (tmp_path / "whole" / "history.csv").read_text().splitlines()
+    resumed = (tmp_path / "resumed" / "history.csv").read_text().splitlines()
+    assert len(whole) == 4 and resumed == whole

@@ -1,0 +1,71 @@
+"""`attnconv train` as two steps: train a run (`keras_attnconv.training`), then export it for serving.
+
+Training knows nothing of serving: a finished run is a run directory with
+``metrics.json``. The export step writes ``export.json`` into the run when
+its SavedModel is published, so running the same command again after a crash
+during the export finishes the export instead of training a new run.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from keras_attnconv.callbacks import write_json
+from keras_attnconv.training import resolved_config, run_lock, same_run, train
+
+EXPORT_RECORD = "export.json"
+
+
+def unexported_run(config):
+    """The latest finished run of `config` (same settings) whose export never completed, or None."""
+    if not config.export_dir:
+        return None
+    if config.run_dir:
+        candidates = [Path(config.run_dir)]
+    else:
+        base = Path(config.runs_dir) / config.name
+        candidates = [base, *(base.with_name(f"{base.name}-{i}") for i in range(1, 10_000))]
+    finished = None
+    for candidate in candidates:
+        if not (candidate / "metrics.json").exists():
+            break
+        finished = candidate
+    if finished is None or (finished / EXPORT_RECORD).exists():
+        return None
+    saved = json.loads((finished / "config.json").read_text())
+    return None if same_run(saved, resolved_config(config, finished)) else finished
+
+
+def export_run(config, run_dir):
+    """Exports the best checkpoint of a finished run to ``config.export_dir``; returns the version path or None.
+
+    Without TensorFlow (e.g. JAX on a GPU machine) the export is skipped with a
+    message saying how to run it later.
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        print(f"TensorFlow is not installed, so {run_dir} was not exported for serving. Where TensorFlow is "
+              f"installed, run: attnconv export --run {run_dir} --export-dir {config.export_dir}", file=sys.stderr)
+        return None
+    from keras_attnconv.export import export_registered
+
+    with run_lock(run_dir):
+        path = export_registered(config.model, config.export_dir, run_dir=run_dir)
+        write_json(run_dir / EXPORT_RECORD, {"export": str(path)})
+    return path
+
+
+def train_and_export(config):
+    """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics."""
+    run_dir = unexported_run(config)
+    if run_dir is None:
+        metrics = train(config)
+        run_dir = Path(metrics["run_dir"])
+    else:
+        print(f"{run_dir} finished training but was not exported; exporting it.", file=sys.stderr)
+        metrics = {**json.loads((run_dir / "metrics.json").read_text()), "run_dir": str(run_dir)}
+    if config.export_dir and metrics.get("chief", True):
+        path = export_run(config, run_dir)
+        if path is not None:
+            metrics["export"] = str(path)
+    return metrics

@@ -1,0 +1,104 @@
+"""Specifications of the NumPy training batches: the paper's augmentation, and every batch a function of
+(seed, epoch, index), which is what makes a resumed run reproduce an uninterrupted one."""
+
+import numpy as np
+import pytest
+
+from keras_attnconv import data
+from keras_attnconv.input_pipeline import ArrayBatches, augment_batch
+
+INFO = data.dataset_info("cifar10_sample")
+
+
+def batches(images, labels, **overrides):
+    args = {"batch_size": 8, "mean": INFO.mean, "std": INFO.std, "augment": True, "shuffle": True, "seed": 3,
+            "drop_remainder": True}
+    return ArrayBatches(images, labels, **{**args, **overrides})
+
+
+@pytest.fixture(scope="module")
+def sample():
+    images, labels = data.load_arrays("cifar10_sample", "validation")
+    return images[:40], labels[:40]
+
+
+def test_every_batch_is_a_function_of_seed_epoch_and_index(sample):
+    first, second = batches(*sample), batches(*sample)
+    first.epoch = second.epoch = 2
+    for index in (4, 0, 2):  # any order, as prefetching threads would ask
+        np.testing.assert_array_equal(first[index][0], second[index][0])
+    second.epoch = 3
+    assert not np.array_equal(first[0][0], second[0][0])
+    assert not np.array_equal(first[0][0], batches(*sample, seed=4)[0][0])
+
+
+def test_one_epoch_visits_every_image_once_with_its_label(sample):
+    plain = batches(*sample, augment=False)
+    labels = np.concatenate([plain[i][1] for i in range(len(plain))])
+    images = np.concatenate([plain[i][0] for i in range(len(plain))])
+    assert len(plain) == 5 and sorted(labels.tolist()) == sorted(sample[1].tolist())
+    expected = data.normalize_numpy(sample[0], INFO)
+    order = [int(np.argmin(np.abs(expected - image).sum(axis=(1, 2, 3)))) for image in images]
+    assert sorted(order) == list(range(40)) and (sample[1][order] == labels).all()
+
+
+def test_steps_per_epoch_cuts_epochs_from_an_endless_sequence_of_passes(sample):
+    whole = batches(*sample)  # 5 batches per pass
+    cut = batches(*sample, steps_per_epoch=3)
+    cut.epoch = 1  # batches 3, 4 of pass 0, then batch 0 of pass 1
+    whole.epoch = 0
+    np.testing.assert_array_equal(cut[0][0], whole[3][0])
+    whole.epoch = 1
+    np.testing.assert_array_equal(cut[2][0], whole[0][0])
+
+
+# A 6x6 image of distinct pixels: every crop of its 4-pixel zero padding shows at least 2x2 of it,
+# so each augmented image tells its crop offset and flip exactly.
+IMAGE = (np.arange(36, dtype=np.uint8).reshape(1, 6, 6, 1) + 1).repeat(3, axis=-1)
+
+
+def crops_and_flips(augmented, image=IMAGE):
+    """(top, left, flip) of each augmented image; fails on an image that is no such crop."""
+    padded = np.pad(image[0], ((4, 4), (4, 4), (0, 0)))
+    candidates = {}
+    for top in range(9):
+        for left in range(9):
+            crop = padded[top:top + 6, left:left + 6]
+            candidates[crop.tobytes()] = (top, left, False)
+            candidates[crop[:, ::-1].tobytes()] = (top, left, True)
+    found = [candidates.get(np.ascontiguousarray(a).tobytes()) for a in augmented]
+    assert None not in found, "an augmented image must be a crop of the zero-padded image, maybe flipped"
+    return np.array(found)
+
+
+def assert_uniform_offsets_and_flips(found):
+    # Each of the 9 offsets per axis has probability 1/9 and a flip 1/2 (4.5 standard errors of slack).
+    count = len(found)
+    for axis in (0, 1):
+        frequencies = np.bincount(found[:, axis], minlength=9) / count
+        np.testing.assert_allclose(frequencies, 1 / 9, atol=4.5 * np.sqrt(1 / 9 * 8 / 9 / count))
+    assert abs(found[:, 2].mean() - 0.5) < 4.5 * np.sqrt(0.25 / count)
+    assert len({(top, left) for top, left, _ in found}) == 81
+
+
+def test_augmentation_is_a_uniform_crop_of_the_zero_padded_image_maybe_flipped():
+    augmented = augment_batch(np.repeat(IMAGE, 4000, axis=0), np.random.default_rng(1))
+    assert_uniform_offsets_and_flips(crops_and_flips(augmented))
+
+
+def test_the_tf_data_pipeline_draws_from_the_same_distribution(tmp_path):
+    pytest.importorskip("tensorflow")
+    path = tmp_path / "one.npz"
+    np.savez(path, x=np.repeat(IMAGE, 4000, axis=0), y=np.arange(4000) % 2)
+    info = data.dataset_info(str(path))
+    dataset = data.load_dataset(str(path), "train", batch_size=4000, seed=5)
+    images = next(iter(dataset))[0].numpy()
+    pixels = np.rint((images * np.float32(info.std) + np.float32(info.mean)) * 255).astype(np.uint8)
+    assert_uniform_offsets_and_flips(crops_and_flips(pixels))
+
+
+def test_bad_sizes_are_named(sample):
+    with pytest.raises(ValueError, match="fewer than one batch.*batch_size=64"):
+        batches(*sample, batch_size=64)
+    with pytest.raises(ValueError, match="steps_per_epoch=0"):
+        batches(*sample, steps_per_epoch=0)

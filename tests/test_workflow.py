@@ -1,0 +1,43 @@
+"""`attnconv train` = train, then export: a run killed during its export is exported, not retrained,
+when the same command runs again."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keras_attnconv import export, workflow
+from keras_attnconv.training import TrainConfig
+
+
+def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
+    config = TrainConfig(name="small", model="quadratic_tiny", dataset=small_npz, epochs=1, batch_size=40,
+                         model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+                         runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
+                         jit_compile=False)
+    published = export.export_registered
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the export")
+
+    monkeypatch.setattr(export, "export_registered", killed)
+    with pytest.raises(KeyboardInterrupt):
+        workflow.train_and_export(config)
+    run = tmp_path / "runs" / "small"
+    assert (run / "metrics.json").exists() and not (run / workflow.EXPORT_RECORD).exists()
+
+    monkeypatch.setattr(export, "export_registered", published)
+    monkeypatch.setattr(workflow, "train", lambda config: pytest.fail("a finished run must not be retrained"))
+    metrics = workflow.train_and_export(config)
+    assert Path(metrics["run_dir"]) == run and Path(metrics["export"]) == tmp_path / "saved" / "quadratic_tiny" / "1"
+    assert json.loads((run / workflow.EXPORT_RECORD).read_text())["export"] == metrics["export"]
+    assert workflow.unexported_run(config) is None  # exported: the next run of the command trains anew
+
+
+def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tmp_path):
+    run = tmp_path / "runs" / "small"
+    run.mkdir(parents=True)
+    config = TrainConfig(name="small", dataset=small_npz, runs_dir=str(tmp_path / "runs"))
+    (run / "config.json").write_text(json.dumps({**vars(config), "run_dir": str(run), "epochs": 3}))
+    (run / "metrics.json").write_text("{}")
+    assert workflow.unexported_run(config) is None
