@@ -63,12 +63,18 @@ class ResumableBackup(keras.callbacks.Callback):
     def _pointer(self):
         return self.backup_dir / "latest.json"
 
-    def restore(self, model):
-        """Loads the latest complete state into `model`; returns its epoch (0 if none)."""
-        if not self._pointer.exists():
+    def restore(self, model, backup_dir=None):
+        """Loads the latest complete state into `model`; returns its epoch (0 if none).
+
+        `backup_dir` reads another directory's states (a non-chief worker
+        resumes from the chief's backups but writes its own elsewhere).
+        """
+        backup_dir = Path(backup_dir or self.backup_dir)
+        pointer = backup_dir / "latest.json"
+        if not pointer.exists():
             return 0
-        latest = json.loads(self._pointer.read_text())
-        state = self.backup_dir / latest["directory"]
+        latest = json.loads(pointer.read_text())
+        state = backup_dir / latest["directory"]
         optimizer = model.optimizer
         if not optimizer.built:
             optimizer.build(model.trainable_variables)

@@ -47,6 +47,8 @@ def _train(args):
 
     overrides = {f.name: _parse_value(getattr(args, f.name)) for f in dataclasses.fields(TrainConfig)
                  if getattr(args, f.name) is not None}
+    if not sys.stdout.isatty():
+        overrides.setdefault("verbose", 2)  # a log file gets one line per epoch, not progress-bar redraws
     if args.recipe:
         config = load_recipe(args.recipe, **overrides)
     else:
@@ -238,8 +240,10 @@ def _quiet_start_up(debug):
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
-def _one_line(error):
+def _one_line(error, limit=600):
     message = " ".join(str(error).split()) or type(error).__name__
+    if len(message) > limit:  # e.g. a backend error that prints a whole tensor
+        message = message[:limit] + " ..."
     if isinstance(error, (KeyError, ModuleNotFoundError)) or not str(error):
         message = f"{type(error).__name__}: {message}"
     return message

@@ -93,6 +93,28 @@ def augment_batch(images, rng):
     return padded[np.arange(count)[:, None, None], rows[:, :, None], columns[:, None, :]]
 
 
+def as_tf_dataset(batches):
+    """`batches` as a ``tf.data.Dataset`` of known length, for tf.distribute (TensorFlow backend).
+
+    Keras distributes a tf.data input over the workers of a
+    ``MultiWorkerMirroredStrategy`` (it fails on a PyDataset there) and
+    prefetches it in parallel. Each element is computed by the same
+    ``batches[index]`` when the epoch's iterator asks for it, so it stays a
+    function of (seed, epoch, index).
+    """
+    import tensorflow as tf
+
+    images, labels = batches[0]
+    signature = (tf.TensorSpec((None, *images.shape[1:]), tf.float32), tf.TensorSpec((None,), tf.int64))
+
+    def load(index):
+        images, labels = tf.numpy_function(lambda i: batches[int(i)], [index], (tf.float32, tf.int64))
+        return tf.ensure_shape(images, signature[0].shape), tf.ensure_shape(labels, signature[1].shape)
+
+    dataset = tf.data.Dataset.range(len(batches)).map(load, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 class EpochSync(keras.callbacks.Callback):
     """Sets each `ArrayBatches`' epoch at the start of every epoch of ``fit`` (resumed runs included)."""
 

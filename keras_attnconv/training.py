@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,6 +56,20 @@ def make_strategy(name):
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def is_chief(strategy):
+    """Whether this process writes the run directory: yes, except on the other workers of a TF_CONFIG cluster.
+
+    The chief is the task of type "chief", or worker 0 in a cluster without one
+    (the convention of tf.distribute and Keras).
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker" and
+                                             resolver.task_id == 0)
 
 
 def resolve_run_dir(config):
@@ -166,6 +181,28 @@ def _plan(config):
     return _Plan(info, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas)
 
 
+def _work_around_keras_multi_worker(model, strategy, batch):
+    """Works around keras-team/keras#20585 (open; Keras 3 through 3.15): ``fit`` under MultiWorkerMirroredStrategy.
+
+    Keras' TensorFlow trainer fails there twice: (1) before training it builds
+    the model from the first distributed batch, which it first averages with
+    ``strategy.reduce`` outside a replica context ("Attempt to convert a value
+    (PerReplica...)"): build it from one plain NumPy batch instead, which needs
+    no reduction; (2) after each step it averages the scalar logs with
+    ``strategy.reduce("MEAN", value, axis=0)``, an axis that a scalar lacks:
+    reduce scalars without an axis (their mean over the replicas).
+    """
+    build = model._maybe_symbolic_build
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: build(data_batch=batch)
+    reduce = strategy.reduce
+
+    def reduce_scalars_without_axis(reduce_op, value, axis):
+        local = strategy.experimental_local_results(value)[0]
+        return reduce(reduce_op, value, axis=None if local.shape.rank == 0 else axis)
+
+    strategy.reduce = reduce_scalars_without_axis
+
+
 def _centre_tracking(model, run_dir):
     """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
     from keras_attnconv.viz import AttentionCentersHistory, layer_centers
@@ -199,14 +236,20 @@ def train(config):
     run_dir = resolve_run_dir(config)
     resolved = resolved_config(config, run_dir)
     _check_same_run(run_dir, resolved)
+    if not is_chief(plan.strategy):
+        # The other workers run every step and callback (saving may involve collectives) but write
+        # into a scratch directory; they resume from the chief's backups (a filesystem all share).
+        with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
+            return {**_fit(config, plan, Path(scratch), resume_from=run_dir / "backup"), "run_dir": str(run_dir),
+                    "chief": False}
     with run_lock(run_dir):
         _check_same_run(run_dir, resolved)  # again, now that no other process can write it
         write_json(run_dir / "config.json", resolved)
         return _fit(config, plan, run_dir)
 
 
-def _fit(config, plan, run_dir):
-    from keras_attnconv.input_pipeline import EpochSync
+def _fit(config, plan, run_dir, resume_from=None):
+    from keras_attnconv.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
     from keras_attnconv.models.summary import trainable_parameters
     from keras_attnconv.optim import CoupledWeightDecaySGD
@@ -226,14 +269,19 @@ def _fit(config, plan, run_dir):
                 jit_compile=config.jit_compile,
             )
             backup = ResumableBackup(run_dir / "backup")
-            initial_epoch = backup.restore(model)
+            initial_epoch = backup.restore(model, resume_from)
         if initial_epoch:
             print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
         throughput = Throughput(plan.steps_per_epoch * config.batch_size)
         start = time.perf_counter()
+        train_data, eval_data = plan.train_batches, plan.eval_batches
+        if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
+            train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
+            if getattr(plan.strategy, "cluster_resolver", None) is not None:
+                _work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
         history = model.fit(
-            plan.train_batches,
-            validation_data=plan.eval_batches,
+            train_data,
+            validation_data=eval_data,
             epochs=config.epochs,
             initial_epoch=initial_epoch,
             verbose=config.verbose,
@@ -248,7 +296,7 @@ def _fit(config, plan, run_dir):
                 *_centre_tracking(model, run_dir),
             ],
         )
-        loss, accuracy = model.evaluate(plan.eval_batches, verbose=0)
+        loss, accuracy = model.evaluate(eval_data, verbose=0)
         best_path = run_dir / "checkpoints" / "best.json"
         metrics = {
             "model": config.model,
