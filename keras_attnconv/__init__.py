@@ -8,7 +8,7 @@ Keras and its backend until something needs them.
 
 import importlib
 
-from keras_attnconv.version import __version__
+from keras_attnconv.version import __version__  # noqa: F401 (public)
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -172,7 +172,11 @@ def build_parser():
     common = argparse.ArgumentParser(add_help=False)  # --debug also after the command name
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    listing = commands.add_parser("list", parents=[common], help="the model zoo: parameters and FLOPs beside the paper's")
+
+    def add(name, **kwargs):
+        return commands.add_parser(name, parents=[common], **kwargs)
+
+    listing = add("list", help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
     listing.set_defaults(handler=_list)
 
@@ -180,7 +184,7 @@ def build_parser():
 
     from keras_attnconv.recipe import TrainConfig
 
-    training = commands.add_parser(        "train", parents=[common], help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
+    training = add("train", help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
         description="Train a configuration. Every recipe field can be overridden: --epochs 3, "
                     "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
     )
@@ -190,7 +194,7 @@ def build_parser():
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
     training.set_defaults(handler=_train)
 
-    exporting = commands.add_parser("export", parents=[common], help="write TF Serving SavedModels to saved_models/<model>/<version>/")
+    exporting = add("export", help="write TF Serving SavedModels to saved_models/<model>/<version>/")
     exporting.add_argument("--model", help="registered model name (initial weights unless --run is given)")
     exporting.add_argument("--run", help="training run directory whose best checkpoint is exported")
     exporting.add_argument("--all", action="store_true", help="export every full-size configuration")
@@ -199,11 +203,11 @@ def build_parser():
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
     exporting.set_defaults(handler=_export)
 
-    plotting = commands.add_parser("plot", parents=[common], help="write the attention figures of a training run as PNG")
+    plotting = add("plot", help="write the attention figures of a training run as PNG")
     plotting.add_argument("--run", required=True, help="training run directory")
     plotting.set_defaults(handler=_plot)
 
-    converting = commands.add_parser("convert", parents=[common], help="turn a random Conv2D into attention (Theorem 1), print the error")
+    converting = add("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
     converting.add_argument("--kernel-size", type=int, default=3)
     converting.add_argument("--filters", type=int, default=8)
     converting.add_argument("--channels", type=int, default=4)
@@ -214,12 +218,12 @@ def build_parser():
     converting.add_argument("--seed", type=int, default=0)
     converting.set_defaults(handler=_convert)
 
-    benchmarking = commands.add_parser("bench", parents=[common], help="benchmark the fast attention path and the models' steps")
+    benchmarking = add("bench", help="benchmark the fast attention path and the models' steps")
     benchmarking.add_argument("--quick", action="store_true", help="small shapes, under a minute")
     benchmarking.add_argument("--output", default="bench.json", help="JSON output (a .md table is written beside)")
     benchmarking.set_defaults(handler=_bench)
 
-    comparing = commands.add_parser("compare", parents=[common], help="train several models with one recipe and tabulate accuracy")
+    comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
     comparing.add_argument("--recipe", default="training/recipes/quick.toml", help="recipe TOML (default: quick)")
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")

@@ -98,6 +98,8 @@ class ConvolutionAsAttention(keras.layers.Layer):
         (_, _, out_h, stride_h), (_, _, out_w, stride_w) = geometry
         # The head centres are the taps' offsets from the anchor = the output's top-left tap.
         y = y[:, : (out_h - 1) * stride_h + 1 : stride_h, : (out_w - 1) * stride_w + 1 : stride_w]
+        # The wrapped attention keeps its own dtype policy; the output follows this layer's, as Keras' do.
+        y = ops.cast(y, self.compute_dtype)
         return y[:, 0] if self.rank == 1 else y
 
     def compute_output_shape(self, input_shape):

@@ -28,9 +28,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_attnconv.version import __version__
 from keras_attnconv.callbacks import write_atomically
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.version import __version__
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_BATCH_SIZES = (1, 8)

@@ -263,7 +263,8 @@ def _fit(config, plan, run_dir, resume_from=None):
                           **config.model_overrides}
             model = build_model(config.model, seed=config.seed, **model_args)
             model.compile(
-                optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum, weight_decay=config.weight_decay),
+                optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum,
+                                                weight_decay=config.weight_decay),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 metrics=["accuracy"],
                 jit_compile=config.jit_compile,

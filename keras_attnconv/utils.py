@@ -39,6 +39,16 @@ def check_real(name, value, low=-math.inf, high=math.inf, low_open=False, high_o
         raise ValueError(f"`{name}` must be a finite number in {interval}. Received: {name}={value!r}")
 
 
+def check_rate(name, value):
+    """Raises ValueError naming `name` unless `value` is a real number in [0, 1) (a dropout rate)."""
+    check_real(name, value, 0.0, 1.0, high_open=True)
+
+
+def check_positive_number(name, value):
+    """Raises ValueError naming `name` unless `value` is a finite real number > 0."""
+    check_real(name, value, low=0.0, low_open=True)
+
+
 def check_bool(name, value):
     """Raises ValueError naming `name` unless `value` is True or False (not a string such as "maybe")."""
     if not isinstance(value, bool):

@@ -23,7 +23,8 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         inputs: (batch, H, W, C); only its static shape is used.
 
     Returns:
-        The table broadcast to the input's shape.
+        The table broadcast to the input's shape, in the compute dtype (also
+        for integer inputs).
 
     Example:
     >>> x = keras.ops.zeros((2, 16, 16, 64))
@@ -46,7 +47,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         if tuple(inputs.shape[1:]) != tuple(self.table.shape):
             raise ValueError(f"The table was built for {tuple(self.table.shape)} grids. "
                              f"Received: input_shape={tuple(inputs.shape)}")
-        return ops.broadcast_to(ops.cast(self.table, inputs.dtype)[None], ops.shape(inputs))
+        return ops.broadcast_to(ops.cast(self.table, self.compute_dtype)[None], ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -88,7 +89,8 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
         inputs: (batch, H, W, C) with C divisible by 4; only its shape is used.
 
     Returns:
-        The encoding broadcast to the input's shape.
+        The encoding broadcast to the input's shape, in the compute dtype (also
+        for integer inputs).
     """
 
     def __init__(self, max_wavelength=10_000.0, **kwargs):
@@ -104,7 +106,7 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
     def call(self, inputs):
         height, width = grid_size(inputs.shape)
         table = sinusoid_table(height, width, inputs.shape[-1], self.max_wavelength)
-        return ops.broadcast_to(ops.cast(table, inputs.dtype)[None], ops.shape(inputs))
+        return ops.broadcast_to(ops.cast(table, self.compute_dtype)[None], ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -26,7 +26,8 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_scores import axis_shifts, centred_shifts, combine_axis_scores
-from keras_attnconv.layers.validation import check_positive_int
+from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -50,10 +51,17 @@ class AttentionSpan(keras.layers.Layer):
             With the default 0.1 the span is ``|delta - mu| <= 2.15 sigma``.
         min_sigma: float > 0, floor of the learned standard deviations.
 
+    Call arguments:
+        inputs: the feature map (batch, H, W, C); only its static shape is used.
+
+    Returns:
+        What the span adds to the attention scores (`score_bias`): ``log g_h``
+        for every (query, key) pixel pair, -inf where a key is masked, float32
+        (heads, H*W, H*W), batch-independent like the position scores.
+
     Example:
     >>> span = AttentionSpan(num_heads=4)
-    >>> span.build((None, 8, 8, 16))
-    >>> span.log_modulation(8, 8).shape
+    >>> span(keras.ops.zeros((1, 8, 8, 16))).shape
     (4, 64, 64)
     """
 
@@ -114,23 +122,35 @@ class AttentionSpan(keras.layers.Layer):
         offsets = axis_shifts(height * width)[None] - ops.convert_to_tensor(self.span_center)[:, 0, None, None]
         return -0.5 * ops.square(offsets / self.sigma[:, 0, None, None])
 
-    def modulate(self, scores, height, width):
-        """Scores (..., heads, H*W, H*W) plus ``log g``, with keys under the threshold at -inf.
+    def score_bias(self, height, width):
+        """What the span adds to the scores: ``log g``, -inf for keys under the threshold; (heads, H*W, H*W).
 
         The key of largest ``g`` is kept for every query, so each softmax row
         has a finite maximum even when the span has shrunk below one pixel.
         """
         log_g = self.log_modulation(height, width)
-        modulated = ops.cast(scores, "float32") + log_g
         if self.threshold is None:
-            return modulated
+            return log_g
         keep = ops.logical_or(log_g >= math.log(self.threshold),
                               log_g >= ops.max(log_g, axis=-1, keepdims=True))
-        return ops.where(keep, modulated, -np.inf)
+        return ops.where(keep, log_g, -np.inf)
+
+    def modulate(self, scores, height, width):
+        """Scores (..., heads, H*W, H*W) plus `score_bias`, float32."""
+        return ops.cast(scores, "float32") + self.score_bias(height, width)
+
+    def call(self, inputs):
+        """`score_bias` for the static grid of ``inputs`` (batch, H, W, C), as position scores are called."""
+        height, width = grid_size(inputs.shape)
+        return self.score_bias(height, width)
 
     def compute_output_shape(self, input_shape):
         tokens = input_shape[1] * input_shape[2]
         return (self.num_heads, tokens, tokens)
+
+    def compute_output_spec(self, inputs):
+        # float32 under any policy, like the scores it is added to.
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
 
     def get_config(self):
         config = super().get_config()

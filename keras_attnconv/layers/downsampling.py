@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_attnconv.layers.validation import check_positive_int, grid_size
+from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

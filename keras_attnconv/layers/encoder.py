@@ -1,9 +1,10 @@
 """BERT-style (post-LayerNorm) Transformer encoder block over image pixels."""
 
 import keras
+from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.layers.validation import check_positive_int
+from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -27,7 +28,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         kernel_initializer: initializer of all kernels.
 
     Call arguments:
-        inputs: tensor (batch, H, W, hidden).
+        inputs: tensor (batch, H, W, hidden); integer inputs are cast to the
+            compute dtype.
         training: bool, whether dropout is active.
         return_attention_scores: bool, also return the attention probabilities.
 
@@ -45,10 +47,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
                  kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
-        if not layer_norm_epsilon > 0:
-            raise ValueError(f"`layer_norm_epsilon` must be > 0. Received: layer_norm_epsilon={layer_norm_epsilon}")
+        check_rate("dropout", dropout)
+        check_rate("attention_dropout", attention_dropout)
+        check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         self.num_heads = num_heads
         self.intermediate_dim = int(intermediate_dim)
         self.attention_options = dict(attention_options or {})
@@ -67,6 +68,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         hidden = input_shape[-1]
         if hidden is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
+        self.input_spec = keras.InputSpec(ndim=4, axes={-1: hidden})
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(units, activation=activation, kernel_initializer=self.kernel_initializer,
@@ -91,6 +93,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_norm.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        inputs = ops.cast(inputs, self.compute_dtype)  # integer inputs too, not only floating ones
         attended = self.attention(inputs, training=training, return_attention_scores=return_attention_scores)
         if return_attention_scores:
             attended, probabilities = attended

@@ -21,7 +21,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.validation import check_positive_int, closest_names, grid_size
+from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_positive_int, closest_names
 
 # Centres are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
 PAPER_CENTER_STDDEV = 2.0**0.5
@@ -96,6 +97,10 @@ class PositionScore(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         height, width = grid_size(input_shape)
         return (self.num_heads, height * width, height * width)
+
+    def compute_output_spec(self, inputs):
+        # Scores are float32 under any policy (float32 weights, never autocast), not the compute dtype.
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
 
     def _require_head_vectors(self):
         if not self.head_vectors:

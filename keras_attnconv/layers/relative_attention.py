@@ -5,7 +5,8 @@ from keras import ops
 
 from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.position_scores import get_position_score
-from keras_attnconv.layers.validation import check_positive_int, grid_size
+from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
@@ -74,7 +75,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             threshold keeps separable heads separable.
 
     Call arguments:
-        inputs: tensor (batch, H, W, C) with static H, W, C.
+        inputs: tensor (batch, H, W, C) with static H, W, C; integer inputs
+            (e.g. uint8 pixels) are cast to the compute dtype, as values.
         training: bool, whether dropout is active.
         return_attention_scores: bool, also return the attention probabilities
             (before dropout), float32 (batch, heads, H*W, H*W).
@@ -113,8 +115,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         for name, value in (("output_dim", output_dim), ("key_dim", key_dim)):
             if value is not None:
                 check_positive_int(name, value)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
+        check_rate("dropout", dropout)
+        if content_scale is not None:
+            check_positive_number("content_scale", content_scale)
         terms = dict(zip(_TERMS, (use_content_content, use_content_position, use_key_bias, use_position_bias)))
         if not any(terms.values()):
             raise ValueError(f"At least one score term must be on. Received: {terms}")
@@ -126,8 +129,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             )
         if separable not in ("auto", True, False):
             raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
-        if content_scale is not None and not content_scale > 0:
-            raise ValueError(f"`content_scale` must be > 0 or None. Received: content_scale={content_scale}")
         self.num_heads = int(num_heads)
         self.output_dim = output_dim
         self.use_content_content = bool(use_content_content)
@@ -214,6 +215,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if channels is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
         self.input_dim = int(channels)
+        self.input_spec = keras.InputSpec(ndim=4, axes={-1: self.input_dim})
         self._key_dim = self.key_dim or self.input_dim
         self._output_dim = self.output_dim or self.input_dim
         self._scale = self.content_scale if self.content_scale is not None else self._key_dim**-0.5
@@ -309,6 +311,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return content
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        # Keras autocasts floating inputs only; integer images are cast here, as values.
+        inputs = ops.cast(inputs, self.compute_dtype)
         height, width = grid_size(inputs.shape)
         if self._mode(height, width) == "separable":
             return self._call_separable(inputs, height, width, training, return_attention_scores)

@@ -13,6 +13,7 @@ from keras_attnconv.layers import (
     TransformerEncoderBlock,
 )
 from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.utils import check_positive_int
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 
@@ -32,8 +33,8 @@ class AttentionClassifierConfig:
         intermediate_dim: feed-forward width.
         position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"``, ``"siren"``,
             or None when no relative position term is used.
-        position_embedding_dim: ``D_p`` of the learned encoding; None means
-            ``hidden_dim``.
+        position_embedding_dim: ``D_p`` of the learned encoding, a positive
+            int; None means ``hidden_dim``.
         use_content_content, use_content_position, use_position_bias: the
             score terms of eq. (8) (see `RelativeMultiHeadAttention`).
         absolute_encoding: None, ``"learned"`` or ``"sinusoid"``: an absolute
@@ -44,7 +45,7 @@ class AttentionClassifierConfig:
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
-        initializer_range: std of the N(0, s^2) kernel initialisation (BERT's 0.02).
+        initializer_range: std (> 0) of the N(0, s^2) kernel initialisation (BERT's 0.02).
         num_classes: classes of the classifier.
         image_size: side of the square input image; a multiple of `downsampling`.
     """
@@ -73,7 +74,8 @@ class AttentionClassifierConfig:
             object.__setattr__(self, "num_heads", tuple(self.num_heads))
         check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling",
                                             "image_size"),
-                            rates=("dropout", "attention_dropout"))
+                            rates=("dropout", "attention_dropout"), positive_numbers=("initializer_range",),
+                            optional_positive=("position_embedding_dim",))
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
@@ -81,8 +83,8 @@ class AttentionClassifierConfig:
                     f"`num_heads` per layer must hold {self.num_layers} positive integers (one per layer). "
                     f"Received: num_heads={self.num_heads}"
                 )
-        elif isinstance(self.num_heads, bool) or not isinstance(self.num_heads, int) or self.num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive integer. Received: num_heads={self.num_heads!r}")
+        else:
+            check_positive_int("num_heads", self.num_heads)
         if self.image_size % self.downsampling:
             raise ValueError(
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
@@ -129,7 +131,8 @@ def _position_score(config, num_heads):
     if config.position_score != "learned":
         return config.position_score
     return LearnedRelativeScore(
-        num_heads, embedding_dim=config.position_embedding_dim or config.hidden_dim,
+        num_heads,
+        embedding_dim=config.hidden_dim if config.position_embedding_dim is None else config.position_embedding_dim,
         head_vectors=config.use_position_bias,
         embeddings_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
     )

@@ -4,9 +4,9 @@ import dataclasses
 
 import keras
 
-from keras_attnconv.layers.validation import closest_names
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.resnet import ResNetConfig
+from keras_attnconv.utils import closest_names
 
 
 @dataclasses.dataclass(frozen=True)

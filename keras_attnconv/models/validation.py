@@ -1,16 +1,29 @@
 """Checks of config fields with messages that name the field and the value."""
 
+from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
 
-def check_config_fields(config, positive=(), rates=()):
-    """Raises ValueError for a non-positive integer field or a rate outside [0, 1)."""
+
+def check_config_fields(config, positive=(), rates=(), positive_numbers=(), optional_positive=()):
+    """Raises ValueError naming the first field of `config` that is out of range.
+
+    Args:
+        config: the config object (fields are read as attributes).
+        positive: fields that must be integers >= 1.
+        rates: fields that must be real numbers in [0, 1) (dropout rates).
+        positive_numbers: fields that must be finite real numbers > 0.
+        optional_positive: fields that are None (a default) or integers >= 1.
+
+    `num_classes`, when the config has it, must be an integer >= 2.
+    """
     for field in positive:
-        value = getattr(config, field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{field}` must be a positive integer. Received: {field}={value!r}")
+        check_positive_int(field, getattr(config, field))
+    for field in optional_positive:
+        if getattr(config, field) is not None:
+            check_positive_int(field, getattr(config, field))
     for field in rates:
-        value = getattr(config, field)
-        if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-            raise ValueError(f"`{field}` must be in [0, 1). Received: {field}={value!r}")
+        check_rate(field, getattr(config, field))
+    for field in positive_numbers:
+        check_positive_number(field, getattr(config, field))
     num_classes = getattr(config, "num_classes", None)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")

@@ -50,3 +50,15 @@ def test_bad_inputs_are_named():
     layer(np.zeros((1, 4, 4, 8), "float32"))
     with pytest.raises(ValueError, match=r"input_shape=\(1, 5, 4, 8\)"):
         layer(np.zeros((1, 5, 4, 8), "float32"))
+
+
+@pytest.mark.parametrize("layer", [LearnedPositionEmbedding, SinusoidalPositionEmbedding])
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_integer_inputs_get_the_float_encoding(layer, dtype):
+    x = np.random.default_rng(0).integers(0, 256, size=(2, 4, 4, 8))
+    layer = layer()
+    expected = ops.convert_to_numpy(layer(x.astype("float32")))
+    encoding = layer(x.astype(dtype))
+    assert encoding.dtype == "float32"
+    np.testing.assert_array_equal(ops.convert_to_numpy(encoding), expected)
+    assert np.abs(expected).max() > 0.01

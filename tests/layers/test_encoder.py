@@ -77,8 +77,27 @@ def test_config_round_trip_with_attention_options():
     ({"intermediate_dim": 0}, "intermediate_dim=0"),
     ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon=0.0"),
     ({"num_heads": 0}, "num_heads=0"),
+    ({"attention_dropout": 1.5}, "attention_dropout=1.5"),
+    ({"dropout": "x"}, "dropout='x'"),
+    ({"dropout": -0.1}, "dropout=-0.1"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     options = {"num_heads": 2, "intermediate_dim": 8, **kwargs}
     with pytest.raises(ValueError, match=message):
         TransformerEncoderBlock(**options)
+
+
+def test_input_with_other_channels_than_built_is_named():
+    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=8)
+    block(np.ones((1, 4, 4, 8), "float32"))
+    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 8.*\(1, 4, 4, 4\)"):
+        block(np.ones((1, 4, 4, 4), "float32"))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_integer_inputs_give_the_float_output(dtype):
+    x = np.random.default_rng(5).integers(0, 8, size=(2, 3, 3, 4))
+    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=8, dropout=0.0, attention_dropout=0.0,
+                                    attention_options={"use_content_content": True})
+    expected = ops.convert_to_numpy(block(x.astype("float32")))
+    np.testing.assert_allclose(ops.convert_to_numpy(block(x.astype(dtype))), expected, atol=1e-5)

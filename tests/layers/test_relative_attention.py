@@ -220,6 +220,8 @@ def test_mixed_precision_keeps_scores_in_float32(mixed_policy):
     ({"num_heads": 2, "use_position_bias": False}, "At least one score term"),
     ({"num_heads": 2, "position_score": None}, "position_score=None"),
     ({"num_heads": 2, "dropout": 1.5}, "dropout=1.5"),
+    ({"num_heads": 2, "dropout": "x"}, "dropout='x'"),
+    ({"num_heads": 2, "content_scale": -1.0}, "content_scale=-1.0"),
     ({"num_heads": 2, "key_dim": 0}, "key_dim=0"),
     ({"num_heads": 2, "position_score": LearnedRelativeScore(3, embedding_dim=4)}, "num_heads=2"),
 ])
@@ -237,3 +239,29 @@ def test_bad_arguments_are_named(kwargs, message):
 def test_bad_input_shapes_are_rejected(shape, message):
     with pytest.raises(ValueError, match=message):
         RelativeMultiHeadAttention(num_heads=2).build(shape)
+
+
+def test_input_with_other_channels_than_built_is_named():
+    layer = RelativeMultiHeadAttention(num_heads=2)
+    layer(np.ones((1, 4, 4, 8), "float32"))
+    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 8.*\(1, 4, 4, 4\)"):
+        layer(np.ones((1, 4, 4, 4), "float32"))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"position_score": "quadratic"},
+    {"position_score": "quadratic", "separable": False},
+    {"position_score": "learned", "use_content_content": True, "use_content_position": True, "key_dim": 4},
+], ids=["separable", "general", "content"])
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_integer_inputs_are_values_not_zeros(kwargs, dtype):
+    # Pixel values 0..255 in uint8 must attend like the same values in float32 (not like zeros).
+    x = np.random.default_rng(4).integers(0, 256, size=(2, 4, 4, 3))
+    layer = RelativeMultiHeadAttention(num_heads=2, **kwargs)
+    layer.build(x.shape)
+    randomize_weights(layer, scale=0.05)
+    expected = ops.convert_to_numpy(layer(x.astype("float32")))
+    outputs = layer(x.astype(dtype))
+    assert outputs.dtype == "float32"
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-5, atol=1e-4)
+    assert np.abs(expected).max() > 1.0
