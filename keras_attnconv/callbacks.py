@@ -117,28 +117,23 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Stops ``fit`` with `NonFiniteLossError` at the first batch whose loss is NaN or infinite.
+    """Stops ``fit`` with `NonFiniteLossError` at the end of an epoch whose training loss is NaN or infinite.
 
     Keras' `TerminateOnNaN` only sets ``stop_training``, so the epoch's end
-    callbacks still run and would back up the broken weights; raising here
-    leaves the last backup and the best checkpoint as they were. Put it before
-    any callback that writes.
+    callbacks still run and would back up the broken weights; raising here,
+    before them, leaves the last backup and the best checkpoint as they were.
+    Put it before any callback that writes. The epoch's loss is the mean over
+    its batches, so one non-finite batch is enough; checking once per epoch
+    keeps the steps asynchronous (a check per batch waits for every step).
     """
 
-    def __init__(self):
-        super().__init__()
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
+    def on_epoch_end(self, epoch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             raise NonFiniteLossError(
-                f"The training loss became {float(loss)} at epoch {self._epoch + 1}, batch {batch + 1}; training "
-                "stopped. The last backup and the best checkpoint are kept. Lower the learning rate (e.g. "
-                "--learning-rate) or check the data, then rerun the same command to resume from the backup.")
+                f"The training loss became {float(loss)} during epoch {epoch + 1}; training stopped. The last "
+                "backup and the best checkpoint are kept. Lower the learning rate (e.g. --learning-rate) or check "
+                "the data, then rerun the same command to resume from the backup.")
 
 
 class BestCheckpoint(keras.callbacks.Callback):

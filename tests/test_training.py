@@ -208,7 +208,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz
 
     monkeypatch.setattr(ArrayBatches, "__getitem__", poisoned_in_the_second_epoch)
     run = tmp_path / "run"
-    with pytest.raises(NonFiniteLossError, match="loss became nan at epoch 2, batch 1"):
+    with pytest.raises(NonFiniteLossError, match="loss became nan during epoch 2"):
         train(small_config(small_npz, run, epochs=3))
     assert json.loads((run / "backup" / "latest.json").read_text())["epoch"] == 1
     assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 1
