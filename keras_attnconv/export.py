@@ -87,6 +87,13 @@ def write_models_config(export_root, base_path="/models"):
             return path
 
 
+def require_tensorflow_backend():
+    """Raises RuntimeError unless Keras runs on TensorFlow: a SavedModel is traced by TensorFlow."""
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(f"Export writes a TensorFlow SavedModel and needs the TensorFlow backend; Keras runs on "
+                           f"{keras.backend.backend()!r}. Run it as KERAS_BACKEND=tensorflow attnconv export ...")
+
+
 def _check_writable(export_dir, *subdirs):
     """Fails before any work if a version or ``models.config`` could not be written."""
     for path in (Path(export_dir), *subdirs):
@@ -231,6 +238,7 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         raise ValueError(f"`version` must be a positive integer or None. Received: version={version!r}")
     model_dir = Path(export_dir) / model_name
+    require_tensorflow_backend()
     _check_writable(export_dir, model_dir)
     if version is not None and (model_dir / str(version)).exists():
         raise _version_exists(model_dir / str(version), version)  # fail before the work; rechecked at publication
@@ -296,6 +304,7 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
     from keras_attnconv.data import dataset_info
     from keras_attnconv.models import build_model, get_model_config
 
+    require_tensorflow_backend()
     _check_writable(export_dir)  # before building or loading the model
     if run_dir is None:
         if name is None:

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import keras
+
 from keras_attnconv.callbacks import write_json
 from keras_attnconv.training import resolved_config, run_lock, same_run, train
 
@@ -40,12 +42,13 @@ def unexported_run(config):
 def export_run(config, run_dir):
     """Exports the best checkpoint of a finished run to ``config.export_dir``; returns the version path or None.
 
-    Without TensorFlow (e.g. JAX on a GPU machine) the export is skipped with a
-    message saying how to run it later.
+    Without TensorFlow, or on another backend (e.g. JAX on a GPU machine), the
+    export is skipped with a message saying how to run it later.
     """
-    if importlib.util.find_spec("tensorflow") is None:
-        print(f"TensorFlow is not installed, so {run_dir} was not exported for serving. Where TensorFlow is "
-              f"installed, run: attnconv export --run {run_dir} --export-dir {config.export_dir}", file=sys.stderr)
+    if importlib.util.find_spec("tensorflow") is None or keras.backend.backend() != "tensorflow":
+        print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run_dir} was not exported for "
+              f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export --run "
+              f"{run_dir} --export-dir {config.export_dir}", file=sys.stderr)
         return None
     from keras_attnconv.export import export_registered
 

@@ -41,3 +41,28 @@ def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tm
     (run / "config.json").write_text(json.dumps({**vars(config), "run_dir": str(run), "epochs": 3}))
     (run / "metrics.json").write_text("{}")
     assert workflow.unexported_run(config) is None
+
+
+def test_on_another_backend_the_run_trains_and_says_how_to_export_later(small_npz, tmp_path):
+    # Training runs on every backend; a SavedModel needs TensorFlow's. JAX is in the dev extra.
+    pytest.importorskip("jax")
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "keras_attnconv.cli", "train", "--model", "quadratic_tiny", "--model-overrides",
+               "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1",
+               "--batch-size", "40", "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "saved")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout[result.stdout.index("{\n"):])  # after the epoch lines
+    assert summary["optimizer_steps"] == 4 and summary["export"] is None
+    assert f"KERAS_BACKEND=tensorflow attnconv export --run {tmp_path / 'run'}" in result.stderr
+    assert not (tmp_path / "saved").exists()
+
+
+def test_export_names_the_backend_it_needs(monkeypatch):
+    monkeypatch.setattr(export.keras.backend, "backend", lambda: "jax")
+    with pytest.raises(RuntimeError, match="needs the TensorFlow backend; Keras runs on 'jax'"):
+        export.export_registered("quadratic_tiny", "unused")
