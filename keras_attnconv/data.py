@@ -120,7 +120,6 @@ def load_arrays(name, split, *, data_dir=None, download=False):
         import tensorflow_datasets as tfds
 
         images, labels = tfds.as_numpy(_tfds_dataset(name, split, data_dir, download, batch_size=-1))
-        where = f"{name!r} split {split!r}"
     else:
         path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
         with np.load(path) as data:
@@ -129,7 +128,7 @@ def load_arrays(name, split, *, data_dir=None, download=False):
             if key not in splits:
                 raise ValueError(f"{name!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}")
             images, labels = data[splits[key][0]], _integer_labels(name, key, data[splits[key][1]])
-        where = f"{name!r} split {split!r}"
+    where = f"{name!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
         raise ValueError(f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
                          f"Received: x {images.dtype} {images.shape}, y {labels.shape}")

@@ -18,6 +18,7 @@ for serving is a separate step (`keras_attnconv.export`), which
 import contextlib
 import dataclasses
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -61,27 +62,25 @@ def make_strategy(name):
 def is_chief(strategy):
     """Whether this process writes the run directory: yes, except on the other workers of a TF_CONFIG cluster.
 
-    The chief is the task of type "chief", or worker 0 in a cluster without one
-    (the convention of tf.distribute and Keras).
+    tf.distribute's own rule (``should_checkpoint``): the task of type "chief",
+    or worker 0 in a cluster without one; always true for one-machine strategies.
     """
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return resolver.task_type == "chief" or (not has_chief and resolver.task_type == "worker" and
-                                             resolver.task_id == 0)
+    return strategy is None or strategy.extended.should_checkpoint
+
+
+def numbered_run_dirs(config):
+    """``runs_dir/name``, ``name-1``, ``name-2``, ...: the run directories of `config` in the order they are made."""
+    base = Path(config.runs_dir) / config.name
+    yield base
+    for index in itertools.count(1):
+        yield base.with_name(f"{base.name}-{index}")
 
 
 def resolve_run_dir(config):
-    """The run directory: the configured one, or ``runs_dir/name`` (numbered anew once finished)."""
+    """The run directory: the configured one, or the first of `numbered_run_dirs` that has not finished."""
     if config.run_dir:
         return Path(config.run_dir)
-    base = Path(config.runs_dir) / config.name
-    candidate, index = base, 0
-    while (candidate / "metrics.json").exists():
-        index += 1
-        candidate = base.with_name(f"{base.name}-{index}")
-    return candidate
+    return next(d for d in numbered_run_dirs(config) if not (d / "metrics.json").exists())
 
 
 def resolved_config(config, run_dir):
@@ -278,7 +277,7 @@ def _fit(config, plan, run_dir, resume_from=None):
         train_data, eval_data = plan.train_batches, plan.eval_batches
         if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
             train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
-            if getattr(plan.strategy, "cluster_resolver", None) is not None:
+            if config.strategy == "multi_worker":
                 _work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
         history = model.fit(
             train_data,

@@ -6,7 +6,6 @@ its SavedModel is published, so running the same command again after a crash
 during the export finishes the export instead of training a new run.
 """
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import keras
 
 from keras_attnconv.callbacks import write_json
-from keras_attnconv.training import resolved_config, run_lock, same_run, train
+from keras_attnconv.training import numbered_run_dirs, resolved_config, run_lock, same_run, train
 
 EXPORT_RECORD = "export.json"
 
@@ -23,11 +22,7 @@ def unexported_run(config):
     """The latest finished run of `config` (same settings) whose export never completed, or None."""
     if not config.export_dir:
         return None
-    if config.run_dir:
-        candidates = [Path(config.run_dir)]
-    else:
-        base = Path(config.runs_dir) / config.name
-        candidates = [base, *(base.with_name(f"{base.name}-{i}") for i in range(1, 10_000))]
+    candidates = [Path(config.run_dir)] if config.run_dir else numbered_run_dirs(config)
     finished = None
     for candidate in candidates:
         if not (candidate / "metrics.json").exists():
@@ -45,7 +40,7 @@ def export_run(config, run_dir):
     Without TensorFlow, or on another backend (e.g. JAX on a GPU machine), the
     export is skipped with a message saying how to run it later.
     """
-    if importlib.util.find_spec("tensorflow") is None or keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
         print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run_dir} was not exported for "
               f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export --run "
               f"{run_dir} --export-dir {config.export_dir}", file=sys.stderr)
