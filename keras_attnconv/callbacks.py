@@ -11,22 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-
-def write_atomically(path, write):
-    """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_json(path, data):
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+from keras_attnconv.utils import write_atomically, write_json
 
 
 def _unsaved_variables(model):

@@ -80,40 +80,16 @@ def _export(args):
 
 
 def _plot(args):
-    import json
     from pathlib import Path
 
-    import keras
     import matplotlib
 
     matplotlib.use("Agg")
-    from keras_attnconv import viz
-    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+    from keras_attnconv.viz import run_figures
 
-    run = Path(args.run)
-    checkpoint = run / "checkpoints" / "best.keras"
-    if not checkpoint.exists():
-        raise FileNotFoundError(f"{checkpoint} not found: --run must be a training run directory. "
-                                f"Received: --run {args.run}")
-    model = keras.saving.load_model(checkpoint, compile=False)
-    config = json.loads((run / "config.json").read_text())
-    info = dataset_info(config["dataset"])
-    out = run / "figures"
-    out.mkdir(exist_ok=True)
-    figures = {}
-    try:
-        figures["attention_centers"] = viz.plot_attention_centers(model)
-    except ValueError as error:
-        print(f"skipping centres: {error}")
-    if config["dataset"] != "cifar10" and config["dataset"] != "cifar100":
-        images, _ = load_arrays(config["dataset"], info.eval_split)
-        grid = viz.encoder_blocks(model)[0].input.shape[1:3]
-        query = (grid[0] // 2, grid[1] // 2)
-        figures["attention_maps"] = viz.plot_attention_maps(model, normalize_numpy(images[:1], info)[0], query)
-    history = viz.load_centers_history(run / "centers_history.npz")
-    if history:
-        figures["centers_history"] = viz.plot_centers_history(history)
-    for name, figure in figures.items():
+    out = Path(args.run) / "figures"
+    for name, figure in run_figures(args.run).items():
+        out.mkdir(exist_ok=True)
         figure.savefig(out / f"{name}.png", dpi=120)
         print(out / f"{name}.png")
     return 0

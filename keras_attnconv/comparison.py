@@ -10,8 +10,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from keras_attnconv.callbacks import write_atomically, write_json
 from keras_attnconv.models import get_paper_figures
+from keras_attnconv.utils import machine, write_atomically, write_json
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
@@ -20,7 +20,6 @@ ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content
 
 def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides):
     """Trains each of `models` with `recipe` (and `overrides`), writes JSON + markdown, returns the results."""
-    from keras_attnconv.bench import machine
     from keras_attnconv.training import load_recipe, train
 
     if not models:

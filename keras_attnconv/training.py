@@ -204,7 +204,7 @@ def _work_around_keras_multi_worker(model, strategy, batch):
 
 def _centre_tracking(model, run_dir):
     """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
-    from keras_attnconv.viz import AttentionCentersHistory, layer_centers
+    from keras_attnconv.analysis import AttentionCentersHistory, layer_centers
 
     try:
         layer_centers(model)

@@ -1,12 +1,17 @@
-"""Argument checks with Keras-style messages ("... Received: name=value"), for every level of the package.
+"""Small helpers for every level of the package: argument checks with Keras-style messages
+("... Received: name=value"), atomic file writes and a description of the machine.
 
-Pure Python and NumPy: importing this module imports no framework, so the
-command line can validate its arguments before TensorFlow or JAX loads.
+Pure Python: importing this module imports no framework, so the command line
+can validate its arguments before TensorFlow or JAX loads.
 """
 
 import difflib
+import json
 import math
 import numbers
+import os
+import platform
+from pathlib import Path
 
 
 def closest_names(name, candidates):
@@ -60,3 +65,30 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}."
                          f"{did_you_mean(value, choices)} Received: {name}={value!r}")
+
+
+def write_atomically(path, write):
+    """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path, data):
+    """Writes `data` as indented, key-sorted JSON, atomically."""
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+
+
+def machine():
+    """The machine and software a measurement ran on, for results files."""
+    import keras  # here, not at the top: the rest of this module must not load a framework
+
+    return {"backend": keras.backend.backend(), "keras": keras.__version__, "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "platform": platform.platform()}

@@ -1,13 +1,17 @@
 """Figures of where attention heads look (the paper's Figures 3-5, 10, 12, 14).
 
-Every function returns a matplotlib Figure; nothing is shown or saved here.
+Every ``plot_*`` function returns a matplotlib Figure and neither shows nor
+saves it; `run_figures` makes those of a training run directory. The numbers
+drawn come from `keras_attnconv.analysis`.
 """
+
+import json
+from pathlib import Path
 
 import keras
 import numpy as np
-from keras import ops
 
-from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.analysis import attention_probabilities, layer_centers, load_centers_history
 from keras_attnconv.layers.encoder import encoder_blocks
 
 #: Radius (in standard deviations) of the circle holding probability p of a 2-D Gaussian.
@@ -18,21 +22,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _gaussian_blocks(model):
-    blocks = encoder_blocks(model)
-    for block in blocks:
-        if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore)):
-            raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
-                             "attention centres exist for quadratic and gaussian encodings only.")
-    return blocks
-
-
-def layer_centers(model):
-    """``{block name: (centres (heads, 2), covariances (heads, 2, 2))}`` as NumPy arrays."""
-    return {block.name: (ops.convert_to_numpy(block.attention.position_score.centers),
-                         block.attention.position_score.covariances) for block in _gaussian_blocks(model)}
 
 
 def _grid(count, columns, size=2.6):
@@ -76,16 +65,6 @@ def plot_attention_centers(model, extent=None, columns=3):
     return figure
 
 
-def attention_probabilities(model, image):
-    """Attention probabilities of every block for one normalised image: list of (heads, T, T)."""
-    blocks = encoder_blocks(model)
-    inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
-    block_inputs = inputs_model([np.asarray(image, "float32")[None]])
-    block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
-    return [ops.convert_to_numpy(block.attention(x, return_attention_scores=True)[1])[0]
-            for block, x in zip(blocks, block_inputs)]
-
-
 def plot_attention_maps(model, image, query):
     """Attention of every head of every layer for one query pixel, over the image (Figures 5, 10).
 
@@ -119,54 +98,11 @@ def plot_attention_maps(model, image, query):
     return figure
 
 
-class AttentionCentersHistory(keras.callbacks.Callback):
-    """Records every head's centre at the end of each epoch (for `plot_centers_history`).
-
-    ``history[block_name]`` is a list with one (heads, 2) array per epoch;
-    the first entry is the initial state, recorded when training begins.
-
-    Args:
-        path: optional ``.npz`` file rewritten (atomically) after every epoch
-            and read back when a resumed run starts; see `load_centers_history`.
-    """
-
-    def __init__(self, path=None):
-        super().__init__()
-        self.path = path
-        self.history = load_centers_history(path) if path is not None else {}
-
-    def _record(self):
-        for name, (centers, _) in layer_centers(self.model).items():
-            self.history.setdefault(name, []).append(centers.copy())
-        if self.path is not None:
-            from keras_attnconv.callbacks import write_atomically
-
-            arrays = {name: np.stack(epochs) for name, epochs in self.history.items()}
-            write_atomically(self.path, lambda tmp: np.savez(tmp, **arrays))
-
-    def on_train_begin(self, logs=None):
-        if not self.history:
-            self._record()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._record()
-
-
-def load_centers_history(path):
-    """The history saved by `AttentionCentersHistory(path)`, or {} if there is none yet."""
-    from pathlib import Path
-
-    if not Path(path).exists():
-        return {}
-    with np.load(path) as saved:
-        return {name: list(saved[name]) for name in saved.files}
-
-
 def plot_centers_history(history, columns=3):
     """Trajectories of the centres during training, one panel per block (Figure 3).
 
     Args:
-        history: ``AttentionCentersHistory.history`` (or the same dict loaded back).
+        history: ``analysis.AttentionCentersHistory.history`` (or the same dict loaded back).
     """
     figure, axes = _grid(len(history), min(columns, len(history)))
     colors = _pyplot().get_cmap("tab20").colors
@@ -182,3 +118,38 @@ def plot_centers_history(history, columns=3):
         axis.set_title(f"{name} ({path.shape[0] - 1} epochs)")
     figure.tight_layout()
     return figure
+
+
+def run_figures(run):
+    """The figures of a training run directory, ``{name: Figure}``, from its best checkpoint.
+
+    ``attention_centers`` for quadratic/Gaussian models, ``centers_history``
+    where the run recorded one, and ``attention_maps`` of the first evaluation
+    image for the central query pixel, unless the dataset would need a
+    download (cifar10/cifar100 through tensorflow-datasets).
+    """
+    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+
+    run = Path(run)
+    checkpoint = run / "checkpoints" / "best.keras"
+    if not checkpoint.exists():
+        raise FileNotFoundError(f"{checkpoint} not found: `run` must be a training run directory. "
+                                f"Received: run={str(run)!r}")
+    model = keras.saving.load_model(checkpoint, compile=False)
+    figures = {}
+    try:
+        layer_centers(model)
+        figures["attention_centers"] = plot_attention_centers(model)
+    except ValueError:  # no centres: learned or content encodings
+        pass
+    dataset = json.loads((run / "config.json").read_text())["dataset"]
+    if dataset not in ("cifar10", "cifar100"):
+        info = dataset_info(dataset)
+        images, _ = load_arrays(dataset, info.eval_split)
+        height, width = encoder_blocks(model)[0].input.shape[1:3]
+        figures["attention_maps"] = plot_attention_maps(model, normalize_numpy(images[:1], info)[0],
+                                                        (height // 2, width // 2))
+    history = load_centers_history(run / "centers_history.npz")
+    if history:
+        figures["centers_history"] = plot_centers_history(history)
+    return figures

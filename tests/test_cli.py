@@ -1,5 +1,8 @@
 """The `attnconv` command: help without loading a framework, one-line errors with exit code 2,
-no native start-up noise, the model listing."""
+no native start-up noise, and each command writing or printing what its library function returns.
+
+The library functions behind the commands are specified in their own test files
+(training, export, comparison, figures, conversion, benchmarks)."""
 
 import os
 import shutil
@@ -100,3 +103,41 @@ def test_console_script_help():
     result = subprocess.run(["attnconv", "--help"], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "list" in result.stdout
+
+
+def test_plot_writes_each_figure_of_the_run(tmp_path, capsys):
+    import json
+
+    from keras_attnconv import build_model
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    model = build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
+    model.save(run / "checkpoints" / "best.keras")
+    (run / "config.json").write_text(json.dumps({"dataset": "cifar10_sample"}))
+    assert cli.main(["plot", "--run", str(run)]) == 0
+    written = capsys.readouterr().out.split()
+    assert written == [str(run / "figures" / f"{name}.png") for name in ("attention_centers", "attention_maps")]
+    assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written)
+
+
+def test_plot_of_a_directory_without_a_checkpoint_is_an_error(tmp_path, capsys):
+    assert cli.main(["plot", "--run", str(tmp_path)]) == 2
+    assert "best.keras not found" in capsys.readouterr().err
+
+
+def test_convert_prints_the_conversion_error(capsys):
+    assert cli.main(["convert", "--kernel-size", "3", "--size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "9 quadratic heads" in out
+    relative = float(out.split("relative ")[1].split()[0])
+    assert relative < 1e-4
+
+
+def test_compare_with_an_unknown_model_fails_before_any_training(tmp_path, capsys):
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text("epochs = 1\n")
+    assert cli.main(["compare", "--recipe", str(recipe), "--models", "quadratic_tiny,quadratic_spam_tiny",
+                     "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
+    assert "Did you mean 'quadratic_span_tiny'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -38,44 +38,47 @@ def test_attention_maps_have_one_panel_per_head_and_layer():
         viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(6, 0))
 
 
-def test_centres_history_records_each_epoch_and_plots(tmp_path):
-    model = build_model("quadratic_tiny", seed=0, **SMALL)
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    history = viz.AttentionCentersHistory(tmp_path / "centers.npz")
-    model.fit(np.random.default_rng(0).normal(size=(4, 12, 12, 3)), np.arange(4), epochs=3, verbose=0,
-              callbacks=[history])
-    assert [len(v) for v in history.history.values()] == [4, 4]  # initial + 3 epochs
-    assert not np.allclose(history.history["encoder_0"][0], history.history["encoder_0"][-1])
-    restored = viz.load_centers_history(tmp_path / "centers.npz")
-    np.testing.assert_array_equal(restored["encoder_1"][-1], history.history["encoder_1"][-1])
-    figure = viz.plot_centers_history(restored)
-    assert len([a for a in figure.axes if a.get_visible()]) == 2
-
-
 def test_models_without_centres_are_rejected():
     with pytest.raises(ValueError, match="quadratic and gaussian encodings only"):
         viz.plot_attention_centers(build_model("learned_tiny", **SMALL))
 
 
-def test_plot_command_writes_the_figures(tmp_path):
-    from keras_attnconv import cli
-    from keras_attnconv.training import TrainConfig, train
-
-    run = tmp_path / "run"
-    train(TrainConfig(model="quadratic_tiny", model_overrides={"num_layers": 1, "hidden_dim": 8},
-                      dataset="cifar10_sample", epochs=1, steps_per_epoch=2, run_dir=str(run), verbose=0,
-                      jit_compile=False, export_dir=None))
-    assert cli.main(["plot", "--run", str(run)]) == 0
-    for name in ("attention_centers", "attention_maps", "centers_history"):
-        assert (run / "figures" / f"{name}.png").stat().st_size > 1000
-    assert json.loads((run / "config.json").read_text())["model"] == "quadratic_tiny"
+def _run_directory(path, model, dataset, history=None):
+    """A training run directory as `train` leaves it: best checkpoint, resolved config, centre history."""
+    (path / "checkpoints").mkdir(parents=True)
+    model.save(path / "checkpoints" / "best.keras")
+    (path / "config.json").write_text(json.dumps({"dataset": dataset}))
+    if history is not None:
+        np.savez(path / "centers_history.npz", **history)
+    return path
 
 
-def test_convert_command_prints_a_tiny_error(capsys):
-    from keras_attnconv import cli
+def test_run_figures_draw_the_checkpoints_centres_and_the_recorded_history(tmp_path):
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    history = {"encoder_0": np.zeros((3, 9, 2)), "encoder_1": np.ones((3, 9, 2))}
+    run = _run_directory(tmp_path / "run", model, "cifar10", history)
+    figures = viz.run_figures(run)
+    assert sorted(figures) == ["attention_centers", "centers_history"]  # cifar10 maps would need a download
+    drawn = np.array([line.get_xydata()[0] for line in figures["attention_centers"].axes[1].lines])
+    centers = ops.convert_to_numpy(model.get_layer("encoder_1").attention.position_score.centers)
+    np.testing.assert_allclose(drawn[:, ::-1], centers, atol=1e-6)
+    trajectory = figures["centers_history"].axes[1].lines[0].get_xydata()
+    np.testing.assert_array_equal(trajectory, np.ones((3, 2)))
 
-    assert cli.main(["convert", "--kernel-size", "3", "--size", "8"]) == 0
-    out = capsys.readouterr().out
-    assert "9 quadratic heads" in out
-    relative = float(out.split("relative ")[1].split()[0])
-    assert relative < 1e-4
+
+def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_path):
+    from keras_attnconv.analysis import attention_probabilities
+    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+
+    model = build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32})
+    figures = viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
+    assert sorted(figures) == ["attention_maps"]  # learned heads have no centres, no history was recorded
+    info = dataset_info("cifar10_sample")
+    image = normalize_numpy(load_arrays("cifar10_sample", info.eval_split)[0][:1], info)[0]
+    expected = attention_probabilities(model, image)[0][0, 8 * 16 + 8].reshape(16, 16)  # query (8, 8) of 16x16
+    np.testing.assert_allclose(figures["attention_maps"].axes[0].images[0].get_array(), expected, atol=1e-6)
+
+
+def test_run_figures_need_a_run_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run="):
+        viz.run_figures(tmp_path)

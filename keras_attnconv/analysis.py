@@ -1,0 +1,80 @@
+"""What a trained attention model has learned, as NumPy arrays: head centres, their history, probabilities.
+
+The figures (`keras_attnconv.viz`) draw these; training records the centre
+history with `AttentionCentersHistory`. Nothing here draws or needs matplotlib.
+"""
+
+from pathlib import Path
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.layers.encoder import encoder_blocks
+from keras_attnconv.utils import write_atomically
+
+
+def _centred_blocks(model):
+    """The encoder blocks of `model`, which must all have heads with a centre (quadratic or Gaussian)."""
+    blocks = encoder_blocks(model)
+    for block in blocks:
+        if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore)):
+            raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
+                             "attention centres exist for quadratic and gaussian encodings only.")
+    return blocks
+
+
+def layer_centers(model):
+    """``{block name: (centres (heads, 2), covariances (heads, 2, 2))}`` as NumPy arrays."""
+    return {block.name: (ops.convert_to_numpy(block.attention.position_score.centers),
+                         block.attention.position_score.covariances) for block in _centred_blocks(model)}
+
+
+def attention_probabilities(model, image):
+    """Attention probabilities of every block for one normalised image: list of (heads, T, T)."""
+    blocks = encoder_blocks(model)
+    inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
+    block_inputs = inputs_model([np.asarray(image, "float32")[None]])
+    block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
+    return [ops.convert_to_numpy(block.attention(x, return_attention_scores=True)[1])[0]
+            for block, x in zip(blocks, block_inputs)]
+
+
+class AttentionCentersHistory(keras.callbacks.Callback):
+    """Records every head's centre at the end of each epoch (the paper's Figure 3).
+
+    ``history[block_name]`` is a list with one (heads, 2) array per epoch;
+    the first entry is the initial state, recorded when training begins.
+
+    Args:
+        path: optional ``.npz`` file rewritten (atomically) after every epoch
+            and read back when a resumed run starts; see `load_centers_history`.
+    """
+
+    def __init__(self, path=None):
+        super().__init__()
+        self.path = path
+        self.history = load_centers_history(path) if path is not None else {}
+
+    def _record(self):
+        for name, (centers, _) in layer_centers(self.model).items():
+            self.history.setdefault(name, []).append(centers.copy())
+        if self.path is not None:
+            arrays = {name: np.stack(epochs) for name, epochs in self.history.items()}
+            write_atomically(self.path, lambda tmp: np.savez(tmp, **arrays))
+
+    def on_train_begin(self, logs=None):
+        if not self.history:
+            self._record()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._record()
+
+
+def load_centers_history(path):
+    """The history saved by `AttentionCentersHistory(path)`, or {} if there is none yet."""
+    if not Path(path).exists():
+        return {}
+    with np.load(path) as saved:
+        return {name: list(saved[name]) for name in saved.files}
