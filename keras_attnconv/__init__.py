@@ -12,7 +12,8 @@ from keras_attnconv.version import __version__  # noqa: F401 (public)
 
 # public name -> module that defines it
 _EXPORTS = {
-    "ConvolutionAsAttention": "keras_attnconv.conversion",
+    "ConvolutionAsAttention": "keras_attnconv.layers",
+    "DiagonalGaussianScore": "keras_attnconv.layers",
     "conv_to_attention": "keras_attnconv.conversion",
     "GaussianScore": "keras_attnconv.layers",
     "InvertibleDownsampling": "keras_attnconv.layers",

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.layers import DiagonalGaussianScore, GaussianScore, QuadraticScore
 from keras_attnconv.layers.encoder import encoder_blocks
 from keras_attnconv.utils import write_atomically
 
@@ -19,7 +19,7 @@ def _centred_blocks(model):
     """The encoder blocks of `model`, which must all have heads with a centre (quadratic or Gaussian)."""
     blocks = encoder_blocks(model)
     for block in blocks:
-        if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore)):
+        if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
             raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
                              "attention centres exist for quadratic and gaussian encodings only.")
     return blocks

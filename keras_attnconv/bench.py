@@ -14,7 +14,6 @@ absolute numbers, and only between rows of the same run.
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -28,12 +27,15 @@ from keras import ops
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
+from keras_attnconv.utils import machine
 
 FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "repeats": 5,
         "models": ("quadratic", "learned", "learned_content", "resnet18"),
         "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512}
+# The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
+LAYER_DTYPE = "float32"
 
 
 def _interleaved(steps, repeats):
@@ -60,7 +62,8 @@ def _interleaved(steps, repeats):
 
 def _layer_model(size, hidden, heads, separable):
     inputs = keras.Input((size, size, hidden))
-    attention = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=separable, name="attention")
+    attention = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=separable,
+                                           dtype=LAYER_DTYPE, name="attention")
     model = keras.Model(inputs, attention(inputs))
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=True)
     return model
@@ -136,8 +139,8 @@ def _in_workers(cases):
 def _max_difference(size, hidden, heads, seed=0):
     """Max |fast - general| of the layer outputs for the same weights and input (batch 1)."""
     keras.utils.set_random_seed(seed)
-    fast = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=True)
-    general = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=False)
+    fast = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=True, dtype=LAYER_DTYPE)
+    general = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=False, dtype=LAYER_DTYPE)
     x = np.random.default_rng(seed).normal(size=(1, size, size, hidden)).astype("float32")
     fast.build(x.shape)
     general.build(x.shape)
@@ -173,9 +176,8 @@ def _matmul_step(n):
     return lambda: ops.convert_to_numpy(ops.matmul(a, a)[0, 0])
 
 
-def _model_step(name, model_batch):
-    keras.utils.set_random_seed(0)
-    model = build_model(name)
+def _model_step(name, model_batch, precision):
+    model = build_model(name, seed=0, dtype=precision)
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     x = np.random.default_rng(0).normal(size=(model_batch, *model.input_shape[1:])).astype("float32")
@@ -184,16 +186,12 @@ def _model_step(name, model_batch):
 
 
 def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
-    """Training steps of `models` and the reference matmul, in turns, per precision."""
+    """Training steps of `models` (built with ``dtype=precision``) and the reference matmul, in turns, per precision."""
     rows = []
     for precision in precisions:
-        keras.mixed_precision.set_dtype_policy(precision)
-        try:
-            built = {name: _model_step(name, model_batch) for name in models}
-            steps = {name: step for name, (_, step) in built.items()}
-            seconds, compile_seconds = _interleaved({**steps, "matmul": _matmul_step(matmul)}, repeats)
-        finally:
-            keras.mixed_precision.set_dtype_policy("float32")
+        built = {name: _model_step(name, model_batch, precision) for name in models}
+        steps = {name: step for name, (_, step) in built.items()}
+        seconds, compile_seconds = _interleaved({**steps, "matmul": _matmul_step(matmul)}, repeats)
         reference = 2 * matmul**3 / seconds["matmul"] / 1e9
         for name, (model, _) in built.items():
             # Forward + backward ~ 3x the forward pass.
@@ -203,12 +201,6 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
                          "compile_seconds": compile_seconds[name], "achieved_gflops": gflops,
                          "matmul_gflops": reference, "fraction_of_matmul": gflops / reference})
     return rows
-
-
-def machine():
-    return {"backend": keras.backend.backend(), "keras": keras.__version__, "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform()}
 
 
 def run_benchmark(quick=False, output="bench.json", **overrides):

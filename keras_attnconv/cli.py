@@ -96,23 +96,15 @@ def _plot(args):
 
 
 def _convert(args):
-    import keras
-    import numpy as np
+    from keras_attnconv.conversion import measure_conversion
 
-    from keras_attnconv.conversion import conv_to_attention
-
-    keras.utils.set_random_seed(args.seed)
-    conv = keras.layers.Conv2D(args.filters, args.kernel_size, strides=args.strides, padding=args.padding,
-                               dilation_rate=args.dilation, bias_initializer="random_normal")
-    images = np.random.default_rng(args.seed).normal(size=(2, args.size, args.size, args.channels))
-    expected = keras.ops.convert_to_numpy(conv(images.astype("float32")))
-    attention = conv_to_attention(conv)
-    got = keras.ops.convert_to_numpy(attention(images.astype("float32")))
-    error = np.abs(got - expected).max()
+    measured = measure_conversion(args.filters, args.kernel_size, strides=args.strides, padding=args.padding,
+                                  dilation=args.dilation, size=args.size, channels=args.channels, seed=args.seed)
     print(f"Conv2D({args.filters}, {args.kernel_size}x{args.kernel_size}, strides={args.strides}, "
           f"padding={args.padding!r}, dilation={args.dilation}) on {args.size}x{args.size}x{args.channels} -> "
-          f"attention with {attention.attention.num_heads} quadratic heads (alpha=100)")
-    print(f"output {got.shape}: max abs error {error:.3g}, relative {error / np.abs(expected).max():.3g}")
+          f"attention with {measured.num_heads} quadratic heads (alpha=100)")
+    print(f"output {measured.output_shape}: max abs error {measured.max_abs_error:.3g}, "
+          f"relative {measured.relative_error:.3g}")
     return 0
 
 

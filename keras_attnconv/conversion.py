@@ -9,114 +9,17 @@ zero-padded so that every tap lands on a real (possibly zero) pixel, and the
 output is read at the strided anchor positions.
 """
 
+import dataclasses
+
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.position_scores import QuadraticScore
-from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+from keras_attnconv.layers import ConvolutionAsAttention, QuadraticScore, RelativeMultiHeadAttention
 
 #: Softmax weight of a pixel one step from a head's centre is exp(-alpha):
 #: exp(-100) ~ 4e-44 is below float32 resolution next to 1 (Lemma 2 needs >= 46).
 CONVERSION_ALPHA = 100.0
-
-
-def _same_padding(size, kernel, stride, dilation):
-    """Keras/TensorFlow 'same' padding (before, after) of one axis."""
-    reach = dilation * (kernel - 1) + 1
-    out = -(-size // stride)
-    total = max((out - 1) * stride + reach - size, 0)
-    return total // 2, total - total // 2
-
-
-@keras.saving.register_keras_serializable(package="keras_attnconv")
-class ConvolutionAsAttention(keras.layers.Layer):
-    """Self-attention equivalent of a convolution (see `conv_to_attention`).
-
-    Zero-pads the input, applies a position-only quadratic
-    `RelativeMultiHeadAttention` with one head per kernel tap, and reads the
-    output at the strided anchors of the convolution's output window.
-
-    Args:
-        attention: the `RelativeMultiHeadAttention` (or its config).
-        kernel_size, strides, dilation_rate: tuples of the convolution's rank.
-        padding: ``"same"`` or ``"valid"``.
-
-    Call arguments:
-        inputs: (batch, H, W, C) for a 2-D convolution, (batch, L, C) for 1-D.
-
-    Returns:
-        The convolution's output shape.
-    """
-
-    def __init__(self, attention, kernel_size, strides, dilation_rate, padding, **kwargs):
-        super().__init__(**kwargs)
-        if isinstance(attention, dict):
-            attention = keras.saving.deserialize_keras_object(attention)
-        self.attention = attention
-        self.kernel_size = tuple(kernel_size)
-        self.strides = tuple(strides)
-        self.dilation_rate = tuple(dilation_rate)
-        self.padding = padding
-        self.rank = len(self.kernel_size)
-
-    def _geometry(self, spatial):
-        """Per axis (2-D view): padding before/after and output size."""
-        sizes = (1, *spatial) if self.rank == 1 else tuple(spatial)
-        kernels = (1, *self.kernel_size) if self.rank == 1 else self.kernel_size
-        strides = (1, *self.strides) if self.rank == 1 else self.strides
-        dilations = (1, *self.dilation_rate) if self.rank == 1 else self.dilation_rate
-        geometry = []
-        for size, kernel, stride, dilation in zip(sizes, kernels, strides, dilations):
-            reach = dilation * (kernel - 1) + 1
-            if self.padding == "same":
-                before, _ = _same_padding(size, kernel, stride, dilation)
-                out = -(-size // stride)
-            else:
-                before, out = 0, (size - reach) // stride + 1
-            after = max((out - 1) * stride + reach - size - before, 0)
-            geometry.append((before, after, out, stride))
-        return geometry
-
-    def _padded_shape(self, input_shape):
-        spatial = input_shape[1:-1]
-        if any(s is None for s in spatial):
-            raise ValueError(f"Spatial dimensions must be known. Received: input_shape={tuple(input_shape)}")
-        geometry = self._geometry(spatial)
-        sizes = (1, *spatial) if self.rank == 1 else spatial
-        return (input_shape[0], *(s + g[0] + g[1] for s, g in zip(sizes, geometry)), input_shape[-1])
-
-    def build(self, input_shape):
-        if not self.attention.built:
-            self.attention.build(self._padded_shape(input_shape))
-
-    def call(self, inputs):
-        x = inputs[:, None] if self.rank == 1 else inputs
-        geometry = self._geometry(inputs.shape[1:-1])
-        x = ops.pad(x, [(0, 0), *((g[0], g[1]) for g in geometry), (0, 0)])
-        y = self.attention(x)
-        (_, _, out_h, stride_h), (_, _, out_w, stride_w) = geometry
-        # The head centres are the taps' offsets from the anchor = the output's top-left tap.
-        y = y[:, : (out_h - 1) * stride_h + 1 : stride_h, : (out_w - 1) * stride_w + 1 : stride_w]
-        # The wrapped attention keeps its own dtype policy; the output follows this layer's, as Keras' do.
-        y = ops.cast(y, self.compute_dtype)
-        return y[:, 0] if self.rank == 1 else y
-
-    def compute_output_shape(self, input_shape):
-        geometry = self._geometry(input_shape[1:-1])
-        spatial = tuple(g[2] for g in geometry)
-        spatial = spatial[1:] if self.rank == 1 else spatial
-        return (input_shape[0], *spatial, self.attention.output_dim)
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "attention": keras.saving.serialize_keras_object(self.attention),
-            "kernel_size": self.kernel_size,
-            "strides": self.strides,
-            "dilation_rate": self.dilation_rate,
-            "padding": self.padding,
-        }
 
 
 def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
@@ -176,3 +79,38 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
     if conv.use_bias:
         attention.output_bias.assign(ops.convert_to_numpy(conv.bias))
     return layer
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionMeasurement:
+    """How far a converted convolution's output is from the convolution's (see `measure_conversion`)."""
+
+    num_heads: int
+    output_shape: tuple
+    max_abs_error: float
+    relative_error: float  # max abs error / max abs output of the convolution
+
+
+def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dilation=1, size=16, channels=4,
+                       seed=0):
+    """Converts a random `Conv2D` (random bias too) and measures the error on two random images.
+
+    Args:
+        filters, kernel_size, strides, padding, dilation: the convolution's
+            arguments (``dilation`` is its ``dilation_rate``).
+        size, channels: the images are ``size x size x channels``, N(0, 1).
+        seed: seeds the convolution's initialisation and the images.
+
+    Returns:
+        A `ConversionMeasurement`.
+    """
+    keras.utils.set_random_seed(seed)
+    conv = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding=padding, dilation_rate=dilation,
+                               bias_initializer="random_normal")
+    images = np.random.default_rng(seed).normal(size=(2, size, size, channels)).astype("float32")
+    expected = ops.convert_to_numpy(conv(images))
+    layer = conv_to_attention(conv)
+    got = ops.convert_to_numpy(layer(images))
+    error = float(np.abs(got - expected).max())
+    return ConversionMeasurement(layer.attention.num_heads, tuple(got.shape), error,
+                           error / float(np.abs(expected).max()))

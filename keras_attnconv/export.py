@@ -28,8 +28,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_attnconv.callbacks import write_atomically
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.utils import write_atomically
 from keras_attnconv.version import __version__
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -40,21 +40,28 @@ STALE_STAGING_SECONDS = 24 * 3600
 STAGING_NAME = re.compile(r"\.tmp-[0-9a-f]+-(?P<host>.+)-(?P<pid>\d+)")
 
 
-def float32_copy(model):
-    """The same model rebuilt in float32 with the same weights (mixed precision removed)."""
+def float32_copy(model, model_config=None):
+    """The model to serve: a registered model rebuilt in float32 with `model`'s weights.
 
-    def strip(config):
-        if isinstance(config, dict):
-            if config.get("class_name") == "DTypePolicy" and str(config["config"]["name"]).startswith("mixed_"):
-                return {**config, "config": {**config["config"], "name": "float32"}}
-            return {key: strip(value) for key, value in config.items()}
-        if isinstance(config, list):
-            return [strip(value) for value in config]
-        return config
+    Args:
+        model: a Keras model.
+        model_config: the registry config `model` was built from
+            (``get_model_config(name, **overrides)``; a training run's
+            ``config.json`` holds the name and the overrides), or None.
 
-    clone = model.__class__.from_config(strip(model.get_config()))
-    clone.set_weights(model.get_weights())
-    return clone
+    Returns:
+        With `model_config`, ``model_config.build(dtype="float32")`` (what
+        ``build_model(name, dtype="float32", **overrides)`` builds) holding
+        `model`'s weights: whatever precision `model` trained in, the copy
+        computes in float32. Without it (a model of your own), `model` itself:
+        it is served in its own dtype policies, with float32 outputs all the
+        same; build it in float32 and give it the weights to serve float32.
+    """
+    if model_config is None:
+        return model
+    copy = model_config.build(name=model.name, dtype="float32")
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 def next_version(model_dir):
@@ -199,7 +206,8 @@ def _write_warmup(version_dir, model_name, image_shape):
 
 
 def export_saved_model(model, export_dir, *, version=None, class_names=None, jit_compile=False,
-                       model_name=None, mean=CIFAR10_MEAN, std=CIFAR10_STD, metadata=None, warmup=True):
+                       model_name=None, mean=CIFAR10_MEAN, std=CIFAR10_STD, metadata=None, warmup=True,
+                       model_config=None):
     """Exports `model` for TF Serving as ``export_dir/<model_name>/<version>/``.
 
     Args:
@@ -218,6 +226,10 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
         metadata: extra JSON-serializable fields for ``metadata.json``.
         warmup: write ``assets.extra/tf_serving_warmup_requests`` (built with
             tensorflow-serving-api).
+        model_config: the registry config `model` was built from, or None:
+            see `float32_copy`. With it, a model trained in mixed precision
+            is served as its float32 rebuild; without it, `model` is served
+            as it is.
 
     Returns:
         The path of the version directory.
@@ -243,7 +255,7 @@ def export_saved_model(model, export_dir, *, version=None, class_names=None, jit
     if version is not None and (model_dir / str(version)).exists():
         raise _version_exists(model_dir / str(version), version)  # fail before the work; rechecked at publication
 
-    serving_model = float32_copy(model)
+    serving_model = float32_copy(model, model_config)
     image_shape = tuple(int(d) for d in serving_model.input_shape[1:])
     model_dir.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(model_dir)
@@ -309,7 +321,8 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
     if run_dir is None:
         if name is None:
             raise ValueError("Give a model name or a training run directory.")
-        model = build_model(name)
+        # Built in float32 whatever Keras' global policy, so it is served as it is: no rebuild (model_config).
+        model, model_config = build_model(name, dtype="float32"), None
         metadata = {"weights": "initial (untrained): built by build_model, not trained",
                     "model_config": dataclasses.asdict(get_model_config(name))}
         info = dataset_info("cifar10")
@@ -331,6 +344,8 @@ def export_registered(name=None, export_dir="saved_models", *, run_dir=None, ver
                     "eval_split": metrics.get("eval_split")}
         info = dataset_info(config["dataset"])
         model_args = {"num_classes": info.num_classes, "image_size": info.image_size, **config["model_overrides"]}
-        metadata["model_config"] = dataclasses.asdict(get_model_config(config["model"], **model_args))
+        model_config = get_model_config(config["model"], **model_args)  # the float32 rebuild of the trained model
+        metadata["model_config"] = dataclasses.asdict(model_config)
     return export_saved_model(model, export_dir, version=version, jit_compile=jit_compile, model_name=name,
-                              class_names=info.class_names, mean=info.mean, std=info.std, metadata=metadata)
+                              class_names=info.class_names, mean=info.mean, std=info.std, metadata=metadata,
+                              model_config=model_config)

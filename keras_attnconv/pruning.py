@@ -13,8 +13,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers import GaussianScore, QuadraticScore
+from keras_attnconv.layers import DiagonalGaussianScore, GaussianScore, QuadraticScore
 from keras_attnconv.layers.encoder import encoder_blocks
+
+#: Scores whose heads are Gaussians, with an inverse covariance to judge.
+_GAUSSIAN_SCORES = (GaussianScore, DiagonalGaussianScore, QuadraticScore)
 
 #: Variables indexed by head, and the axis of the head index.
 _HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0,
@@ -36,10 +39,10 @@ class LayerPruning:
 
 
 def _inverse_covariances(score):
-    if isinstance(score, GaussianScore):
-        return ops.convert_to_numpy(score.inverse_covariance()).astype("float64")
-    alpha = ops.convert_to_numpy(score.alpha).astype("float64")
-    return 2.0 * alpha[:, None, None] * np.eye(2)[None]
+    if isinstance(score, QuadraticScore):
+        alpha = ops.convert_to_numpy(score.alpha).astype("float64")
+        return 2.0 * alpha[:, None, None] * np.eye(2)[None]
+    return ops.convert_to_numpy(score.inverse_covariance()).astype("float64")
 
 
 def degenerate_heads(score, max_eigenvalue=1e-5, max_condition=1e5):
@@ -61,8 +64,8 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
 
     Args:
         model: a functional model of `TransformerEncoderBlock`s with
-            position-only `GaussianScore` (or `QuadraticScore`) attention, such
-            as ``build_model("gaussian")``.
+            position-only Gaussian (`GaussianScore`, `DiagonalGaussianScore`)
+            or `QuadraticScore` attention, such as ``build_model("gaussian")``.
         max_eigenvalue: a head whose ``Sigma^{-1}`` has all eigenvalues below
             this attends (almost) uniformly: pruned.
         max_condition: a head whose ``Sigma^{-1}`` has a larger condition
@@ -77,7 +80,7 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     report = []
     for block in blocks:
         score = block.attention.position_score
-        if block.attention.uses_content or not isinstance(score, (GaussianScore, QuadraticScore)):
+        if block.attention.uses_content or not isinstance(score, _GAUSSIAN_SCORES):
             raise ValueError(f"Pruning applies to position-only Gaussian/quadratic heads; {block.name} has "
                              f"{type(score).__name__} scores with content terms={block.attention.uses_content}.")
         reasons = degenerate_heads(score, max_eigenvalue, max_condition)

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import keras
 
-from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, Throughput, write_json
+from keras_attnconv.analysis import AttentionCentersHistory, layer_centers
+from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, Throughput
 from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
+from keras_attnconv.utils import write_json
 
 __all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",
            "toml_module", "train"]
@@ -204,8 +206,6 @@ def _work_around_keras_multi_worker(model, strategy, batch):
 
 def _centre_tracking(model, run_dir):
     """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
-    from keras_attnconv.analysis import AttentionCentersHistory, layer_centers
-
     try:
         layer_centers(model)
     except ValueError:  # no quadratic/gaussian attention in this model
@@ -229,7 +229,8 @@ def train(config):
     another process trains in the same run directory; and
     `keras_attnconv.callbacks.NonFiniteLossError` when the loss becomes NaN
     or infinite (the last backup and the best checkpoint are kept). The
-    global dtype policy is set for the run and restored afterwards.
+    precision is the model's own (``build_model(..., dtype=config.precision)``):
+    Keras' global dtype policy is neither read nor changed.
     """
     plan = _plan(config)
     run_dir = resolve_run_dir(config)
@@ -254,69 +255,65 @@ def _fit(config, plan, run_dir, resume_from=None):
     from keras_attnconv.optim import CoupledWeightDecaySGD
 
     scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
-    previous_policy = keras.config.dtype_policy()
-    keras.mixed_precision.set_dtype_policy(config.precision)
-    try:
-        with scope:
-            model_args = {"num_classes": plan.info.num_classes, "image_size": plan.info.image_size,
-                          **config.model_overrides}
-            model = build_model(config.model, seed=config.seed, **model_args)
-            model.compile(
-                optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum,
-                                                weight_decay=config.weight_decay),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=["accuracy"],
-                jit_compile=config.jit_compile,
-            )
-            backup = ResumableBackup(run_dir / "backup")
-            initial_epoch = backup.restore(model, resume_from)
-        if initial_epoch:
-            print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
-        throughput = Throughput(plan.steps_per_epoch * config.batch_size)
-        start = time.perf_counter()
-        train_data, eval_data = plan.train_batches, plan.eval_batches
-        if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
-            train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
-            if config.strategy == "multi_worker":
-                _work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
-        history = model.fit(
-            train_data,
-            validation_data=eval_data,
-            epochs=config.epochs,
-            initial_epoch=initial_epoch,
-            verbose=config.verbose,
-            shuffle=False,  # the batches are shuffled by (seed, epoch), reproducibly
-            callbacks=[
-                EpochSync(plan.train_batches),
-                StopOnNonFiniteLoss(),  # before any callback that writes
-                backup,
-                BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
-                *_logging_callbacks(run_dir),
-                throughput,
-                *_centre_tracking(model, run_dir),
-            ],
+    with scope:
+        model_args = {"num_classes": plan.info.num_classes, "image_size": plan.info.image_size,
+                      **config.model_overrides}
+        model = build_model(config.model, seed=config.seed, dtype=config.precision, **model_args)
+        # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
+        model.compile(
+            optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum,
+                                            weight_decay=config.weight_decay),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=config.jit_compile,
         )
-        loss, accuracy = model.evaluate(eval_data, verbose=0)
-        best_path = run_dir / "checkpoints" / "best.json"
-        metrics = {
-            "model": config.model,
-            "dataset": config.dataset,
-            "eval_split": plan.eval_split,
-            "eval_loss": float(loss),
-            "eval_accuracy": float(accuracy),
-            "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
-            "epochs": config.epochs,
-            "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-            "trainable_parameters": trainable_parameters(model),
-            "train_images_per_second": throughput.images_per_second,
-            "precision": config.precision,
-            "jit_compile": config.jit_compile,
-            "replicas": plan.replicas,
-            "wall_seconds_this_session": time.perf_counter() - start,
-            "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
-        }
-        write_json(run_dir / "metrics.json", metrics)
-        metrics["run_dir"] = str(run_dir)
-    finally:
-        keras.mixed_precision.set_dtype_policy(previous_policy)
+        backup = ResumableBackup(run_dir / "backup")
+        initial_epoch = backup.restore(model, resume_from)
+    if initial_epoch:
+        print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
+    throughput = Throughput(plan.steps_per_epoch * config.batch_size)
+    start = time.perf_counter()
+    train_data, eval_data = plan.train_batches, plan.eval_batches
+    if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
+        train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
+        if config.strategy == "multi_worker":
+            _work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
+    history = model.fit(
+        train_data,
+        validation_data=eval_data,
+        epochs=config.epochs,
+        initial_epoch=initial_epoch,
+        verbose=config.verbose,
+        shuffle=False,  # the batches are shuffled by (seed, epoch), reproducibly
+        callbacks=[
+            EpochSync(plan.train_batches),
+            StopOnNonFiniteLoss(),  # before any callback that writes
+            backup,
+            BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
+            *_logging_callbacks(run_dir),
+            throughput,
+            *_centre_tracking(model, run_dir),
+        ],
+    )
+    loss, accuracy = model.evaluate(eval_data, verbose=0)
+    best_path = run_dir / "checkpoints" / "best.json"
+    metrics = {
+        "model": config.model,
+        "dataset": config.dataset,
+        "eval_split": plan.eval_split,
+        "eval_loss": float(loss),
+        "eval_accuracy": float(accuracy),
+        "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
+        "epochs": config.epochs,
+        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "trainable_parameters": trainable_parameters(model),
+        "train_images_per_second": throughput.images_per_second,
+        "precision": config.precision,
+        "jit_compile": config.jit_compile,
+        "replicas": plan.replicas,
+        "wall_seconds_this_session": time.perf_counter() - start,
+        "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+    }
+    write_json(run_dir / "metrics.json", metrics)
+    metrics["run_dir"] = str(run_dir)
     return metrics

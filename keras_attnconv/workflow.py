@@ -12,8 +12,14 @@ from pathlib import Path
 
 import keras
 
-from keras_attnconv.callbacks import write_json
-from keras_attnconv.training import numbered_run_dirs, resolved_config, run_lock, same_run, train
+from keras_attnconv.training import (
+    numbered_run_dirs,
+    resolved_config,
+    run_lock,
+    same_run,
+    train,
+)
+from keras_attnconv.utils import write_json
 
 EXPORT_RECORD = "export.json"
 

@@ -1,16 +1,20 @@
-"""Shared fixtures: quiet TensorFlow logs, reset Keras state between tests."""
+"""Shared fixtures: quiet TensorFlow logs, reset Keras state between tests.
+
+Helper functions shared by tests are in support.py (``from support import ...``).
+"""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# JAX's partitionable threefry takes ~7 s to compile a dropout mask of a few hundred numbers on the CPU,
+# the classic one 0.5 s; the tests need a seeded stream, not a shardable one.
+os.environ.setdefault("JAX_THREEFRY_PARTITIONABLE", "0")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-requires_tensorflow = pytest.mark.skipif(
-    keras.backend.backend() != "tensorflow", reason="compares against TensorFlow ops; backend is not tensorflow"
-)
+pytest.register_assert_rewrite("support")  # detailed assertion messages from the shared checks too
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +22,7 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.mixed_precision.set_dtype_policy("float32")
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)  # the gc.collect() would cost ~0.3 s a test
 
 
 @pytest.fixture(params=["mixed_float16", "mixed_bfloat16"])
@@ -27,12 +31,6 @@ def mixed_policy(request):
     keras.mixed_precision.set_dtype_policy(request.param)
     yield request.param
     keras.mixed_precision.set_dtype_policy("float32")
-
-
-def randomize_weights(layer, seed=0, scale=0.3):
-    """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
-    rng = np.random.default_rng(seed)
-    layer.set_weights([rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()])
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from keras import ops
 
-from keras_attnconv.conversion import ConvolutionAsAttention, conv_to_attention
+from keras_attnconv.conversion import conv_to_attention, measure_conversion
+from keras_attnconv.layers import ConvolutionAsAttention
 
 
 def assert_same_function(conv, shape, seed=0):
@@ -93,3 +94,13 @@ def test_unsupported_convolutions_are_rejected(make, message):
 def test_unbuilt_convolution_is_rejected():
     with pytest.raises(ValueError, match="must be built"):
         conv_to_attention(keras.layers.Conv2D(4, 3))
+
+
+def test_measure_conversion_reports_the_attention_and_its_error():
+    measured = measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", dilation=1, size=9,
+                                  channels=2, seed=3)
+    assert (measured.num_heads, measured.output_shape) == (9, (2, 4, 4, 5))
+    assert 0 < measured.max_abs_error < 1e-5 and 0 < measured.relative_error < 1e-5
+    assert measured.relative_error != measured.max_abs_error  # divided by the convolution's largest output
+    assert measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", size=9, channels=2,
+                              seed=3) == measured  # seeded: the same report again

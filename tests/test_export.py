@@ -14,7 +14,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from conftest import requires_tensorflow
+from support import requires_tensorflow
 
 from keras_attnconv import build_model, export
 from keras_attnconv.data import dataset_info, normalize_numpy
@@ -124,27 +124,28 @@ def saved_graph_dtypes(path):
         t for node in nodes for attr in node.attr.values() for t in attr.list.type}
 
 
-def test_mixed_float16_model_exports_a_float32_graph(tmp_path):
+def test_a_mixed_precision_run_is_served_as_its_float32_rebuild(tmp_path):
+    import tensorflow as tf
     from tensorflow.core.framework import types_pb2
 
-    keras.mixed_precision.set_dtype_policy("mixed_float16")
-    model = build_model("quadratic_tiny", seed=2, **SMALL)
-    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(normalize_numpy(images(8), dataset_info("cifar10")), np.arange(8) % 10, epochs=1, verbose=0)
-    keras.mixed_precision.set_dtype_policy("float32")
-    path = export.export_saved_model(model, tmp_path, model_name="mixed", warmup=False)
+    trained = build_model("quadratic_tiny", seed=2, dtype="mixed_float16", **SMALL)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    trained.save(run / "checkpoints" / "best.keras")
+    (run / "checkpoints" / "best.json").write_text(json.dumps({"val_accuracy": 0.1, "epoch": 1}))
+    (run / "config.json").write_text(json.dumps({"model": "quadratic_tiny", "dataset": "cifar10",
+                                                 "model_overrides": SMALL}))
+    path = export.export_registered(export_dir=tmp_path / "saved_models", run_dir=run)
     assert types_pb2.DT_HALF not in saved_graph_dtypes(path)
-    # Control: without the float32 rebuild the same export does contain float16 ops.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(export, "float32_copy", lambda m: m)
-        unconverted = export.export_saved_model(model, tmp_path, model_name="unconverted", warmup=False)
-    assert types_pb2.DT_HALF in saved_graph_dtypes(unconverted)
-    import tensorflow as tf
-
+    rebuilt = build_model("quadratic_tiny", seed=3, dtype="float32", **SMALL)
+    rebuilt.set_weights(trained.get_weights())
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     pixels = images(4)
     np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
-                               keras_probabilities(model, pixels), atol=1e-2)
+                               keras_probabilities(rebuilt, pixels), rtol=1e-5, atol=1e-7)
+    # A model given without its registry config is served as it is: here, in float16.
+    as_is = export.export_saved_model(trained, tmp_path / "saved_models", model_name="as_is", warmup=False)
+    assert types_pb2.DT_HALF in saved_graph_dtypes(as_is)
 
 
 def tree_digest(path):
@@ -251,14 +252,26 @@ def test_a_stale_next_version_publishes_the_next_free_one(tmp_path, monkeypatch)
     assert tree_digest(first) == before
 
 
+def test_the_next_version_is_past_every_existing_one_even_an_empty_one(tmp_path):
+    # Version 2 is being copied in by another tool (its directory is still empty): a rename onto an empty
+    # directory would replace it, so the export must pick a number past it, not the last existing one.
+    (tmp_path / "tiny" / "1").mkdir(parents=True)
+    (tmp_path / "tiny" / "1" / "saved_model.pb").write_text("version 1")
+    (tmp_path / "tiny" / "2").mkdir()
+    path = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    assert path == tmp_path / "tiny" / "3" and exported_version(path) == 3
+    assert (tmp_path / "tiny" / "1" / "saved_model.pb").read_text() == "version 1"
+    assert list((tmp_path / "tiny" / "2").iterdir()) == []
+
+
 def test_an_explicit_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
     other = tmp_path / "tiny" / "5" / "saved_model.pb"
     real_copy = export.float32_copy
 
-    def publish_version_5_meanwhile(model):
+    def publish_version_5_meanwhile(*args):
         other.parent.mkdir(parents=True)
         other.write_text("another export")
-        return real_copy(model)
+        return real_copy(*args)
 
     monkeypatch.setattr(export, "float32_copy", publish_version_5_meanwhile)
     with pytest.raises(FileExistsError, match="never overwritten.*version=5"):

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_attnconv.models
 from keras_attnconv.models import get_model_config
 from keras_attnconv.training import TrainConfig, load_recipe, train
 from keras_attnconv.workflow import train_and_export
@@ -87,11 +88,22 @@ def test_a_killed_run_resumes_where_it_stopped(small_npz, tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_steps_are_finite_with_float32_predictions(small_npz, tmp_path, precision):
+def test_mixed_precision_is_the_models_own_with_float32_predictions(small_npz, tmp_path, precision, monkeypatch):
+    ambient = "mixed_bfloat16" if precision == "mixed_float16" else "mixed_float16"
+    keras.config.set_dtype_policy(ambient)  # the user's global policy: neither used nor changed by the run
+    set_globally, trained = [], []
+    monkeypatch.setattr(keras.config, "set_dtype_policy", set_globally.append)
+    monkeypatch.setattr(keras.mixed_precision, "set_dtype_policy", set_globally.append)
+    build_model = keras_attnconv.models.build_model
+    monkeypatch.setattr(keras_attnconv.models, "build_model", lambda *a, **k: trained.append(build_model(*a, **k))
+                        or trained[-1])
     metrics = train(small_config(small_npz, tmp_path / precision, precision=precision, epochs=1,
                                  steps_per_epoch=3, jit_compile=True))
     assert np.isfinite(metrics["history"]["loss"]).all()
-    assert keras.config.dtype_policy().name == "float32"  # restored after the run
+    assert set_globally == [] and keras.config.dtype_policy().name == ambient
+    # Keras scales the loss for float16 when the model's own policy is mixed_float16 (no global policy needed).
+    (trained_model,) = trained
+    assert isinstance(trained_model.optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "mixed_float16")
     model = keras.saving.load_model(tmp_path / precision / "checkpoints" / "best.keras", compile=False)
     assert model.get_layer("encoder_0").dtype_policy.name == precision
     predictions = model.predict(np.zeros((2, 8, 8, 3), "float32"), verbose=0)

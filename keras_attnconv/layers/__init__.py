@@ -1,22 +1,22 @@
-"""Keras layers of keras_attnconv: relative self-attention over pixels and its parts."""
+"""Keras layers of keras_attnconv: relative self-attention over pixels and its parts, one layer per module."""
 
 from keras_attnconv.layers.absolute_position import LearnedPositionEmbedding, SinusoidalPositionEmbedding
 from keras_attnconv.layers.attention_span import AttentionSpan
+from keras_attnconv.layers.convolution_as_attention import ConvolutionAsAttention
 from keras_attnconv.layers.downsampling import InvertibleDownsampling
 from keras_attnconv.layers.encoder import TransformerEncoderBlock
-from keras_attnconv.layers.position_scores import (
-    POSITION_SCORES,
-    GaussianScore,
-    LearnedRelativeScore,
-    PositionScore,
-    QuadraticScore,
-    SirenScore,
-    get_position_score,
-)
+from keras_attnconv.layers.gaussian_score import DiagonalGaussianScore, GaussianScore
+from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
+from keras_attnconv.layers.position_score import PositionScore
+from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
+from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+from keras_attnconv.layers.siren_score import SirenScore
 
 __all__ = [
     "AttentionSpan",
+    "ConvolutionAsAttention",
+    "DiagonalGaussianScore",
     "POSITION_SCORES",
     "GaussianScore",
     "InvertibleDownsampling",

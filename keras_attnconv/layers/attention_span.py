@@ -25,7 +25,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.position_scores import axis_shifts, centred_shifts, combine_axis_scores
+from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int
 

@@ -106,6 +106,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        return outputs, self.attention.compute_output_spec(inputs, return_attention_scores=True)[1]
+
     def get_config(self):
         return {
             **super().get_config(),

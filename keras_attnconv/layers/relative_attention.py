@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.attention_span import AttentionSpan
-from keras_attnconv.layers.position_scores import get_position_score
+from keras_attnconv.layers.position_score_factory import get_position_score
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
 
@@ -23,7 +23,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     Each of the four terms can be switched on or off. The position terms come
     from a position score layer (``r_delta`` and ``v``, see
-    `keras_attnconv.layers.position_scores`); ``W_hat`` is the identity padded
+    `keras_attnconv.layers.PositionScore`); ``W_hat`` is the identity padded
     to the query dimension as in the proof of Lemma 2 (the first
     ``encoding_dim`` query features meet ``r_delta``), or a learned
     ``(heads, key_dim, encoding_dim)`` map with ``position_key_projection=True``.
@@ -47,7 +47,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         position_score: name (``"quadratic"``, ``"gaussian"``, ``"learned"``),
             a `PositionScore` layer, or its serialized config; None when no
             position term is used. Names are built with ``num_heads`` heads
-            (and ``embedding_dim=key_dim`` for ``"learned"``).
+            and ``key_dim`` (see `get_position_score`).
         use_content_content: bool, term ``X_q Wq Wk^T X_k``.
         use_content_position: bool, term ``X_q Wq W_hat r_delta``.
         use_key_bias: bool, term ``u^T Wk X_k``.
@@ -66,7 +66,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             ``O((HW)^2)`` per channel. "auto" uses that where it is cheaper;
             False forces the general path (the eq. (8) reference). With
             attention dropout the row and column links are dropped
-            independently. ``attention_mode`` reports the path taken.
+            independently. `attention_mode` reports the path taken.
         attention_span: None, an `AttentionSpan` layer, a dict of its
             arguments (``{"threshold": 0.1, "initial_sigma": 4.0}``; built
             with ``num_heads``) or its serialized config. A learned per-head
@@ -130,12 +130,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if separable not in ("auto", True, False):
             raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
         self.num_heads = int(num_heads)
-        self.output_dim = output_dim
+        # The arguments, as given (None: the input channels); the `output_dim` and `key_dim` properties resolve them.
+        self._output_dim = output_dim
+        self._key_dim = key_dim
+        self.input_dim = None  # set by build()
         self.use_content_content = bool(use_content_content)
         self.use_content_position = bool(use_content_position)
         self.use_key_bias = bool(use_key_bias)
         self.use_position_bias = bool(use_position_bias)
-        self.key_dim = key_dim
         self.content_scale = content_scale
         self.position_key_projection = bool(position_key_projection)
         self.dropout = float(dropout)
@@ -157,7 +159,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # The separable path drops row and column links independently, each with the rate that
         # keeps a (query, key) link with probability 1 - dropout, as the general path does.
         self.axis_dropout_layer = keras.layers.Dropout(1.0 - (1.0 - self.dropout) ** 0.5, dtype="float32")
-        self.attention_mode = None
+        self._attention_mode = None
 
     def _check_score_layer(self, layer):
         if layer.num_heads != self.num_heads:
@@ -193,8 +195,29 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """Whether the attention probabilities depend on the input."""
         return self.use_content_content or self.use_content_position or self.use_key_bias
 
-    def _mode(self, height, width):
-        """'content', 'position' (one (heads, T, T) probability tensor per call) or 'separable'."""
+    @property
+    def key_dim(self):
+        """Query/key size per head: the `key_dim` argument, or the input channels once built (else None)."""
+        return self._key_dim or self.input_dim
+
+    @property
+    def output_dim(self):
+        """Output channels: the `output_dim` argument, or the input channels once built (else None)."""
+        return self._output_dim or self.input_dim
+
+    @property
+    def attention_mode(self):
+        """The path taken on the grid the layer was built for (see `attention_mode_for`); None before."""
+        return self._attention_mode
+
+    def attention_mode_for(self, height, width):
+        """The path taken on a ``height x width`` grid.
+
+        Returns:
+            ``"content"`` (probabilities per example), ``"position"`` (one
+            (heads, T, T) probability tensor per call, shared by the batch) or
+            ``"separable"`` (a row pass and a column pass per head).
+        """
         if self.uses_content:
             return "content"
         if self.separable is False:
@@ -216,15 +239,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
         self.input_dim = int(channels)
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: self.input_dim})
-        self._key_dim = self.key_dim or self.input_dim
-        self._output_dim = self.output_dim or self.input_dim
-        self._scale = self.content_scale if self.content_scale is not None else self._key_dim**-0.5
+        self._scale = self.content_scale if self.content_scale is not None else self.key_dim**-0.5
 
         if self._position_score_name is not None and self.position_score is None:
-            extra = {"embedding_dim": self._key_dim} if self._position_score_name == "learned" else {}
             self.position_score = get_position_score(
-                self._position_score_name, self.num_heads, head_vectors=self.use_position_bias,
-                dtype="float32", **extra,
+                self._position_score_name, self.num_heads, key_dim=self.key_dim,
+                head_vectors=self.use_position_bias, dtype="float32",
             )
         for part in (self.position_score, self.attention_span):
             if part is not None and not part.built:
@@ -232,7 +252,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
         needs_query = self.use_content_content or self.use_content_position
         needs_key = self.use_content_content or self.use_key_bias
-        head_shape = (self.num_heads, self._key_dim)
+        head_shape = (self.num_heads, self.key_dim)
         if needs_query:
             self.query_kernel = self._kernel("query_kernel", (self.input_dim, *head_shape))
             self.query_bias = self._bias("query_bias", head_shape)
@@ -245,17 +265,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             encoding_dim = self.position_score.encoding_dim
             if self.position_key_projection:
                 self.position_key_kernel = self._kernel(
-                    "position_key_kernel", (self.num_heads, self._key_dim, encoding_dim)
+                    "position_key_kernel", (self.num_heads, self.key_dim, encoding_dim)
                 )
-            elif encoding_dim > self._key_dim:
+            elif encoding_dim > self.key_dim:
                 raise ValueError(
                     f"The content-position term with the identity W_hat needs encoding_dim <= key_dim; "
-                    f"got encoding_dim={encoding_dim}, key_dim={self._key_dim}. Use "
+                    f"got encoding_dim={encoding_dim}, key_dim={self.key_dim}. Use "
                     "position_key_projection=True or a larger key_dim."
                 )
-        self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self._output_dim))
-        self.output_bias = self._bias("output_bias", (self._output_dim,))
-        self.attention_mode = self._mode(height, width)
+        self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self.output_dim))
+        self.output_bias = self._bias("output_bias", (self.output_dim,))
+        self._attention_mode = self.attention_mode_for(height, width)
 
     def _kernel(self, name, shape):
         return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
@@ -314,7 +334,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Keras autocasts floating inputs only; integer images are cast here, as values.
         inputs = ops.cast(inputs, self.compute_dtype)
         height, width = grid_size(inputs.shape)
-        if self._mode(height, width) == "separable":
+        if self.attention_mode_for(height, width) == "separable":
             return self._call_separable(inputs, height, width, training, return_attention_scores)
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
         scores = self._scores(tokens, height, width)
@@ -324,7 +344,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
         if self.output_bias is not None:
             outputs = outputs + self.output_bias
-        outputs = ops.reshape(outputs, (-1, height, width, self._output_dim))
+        outputs = ops.reshape(outputs, (-1, height, width, self.output_dim))
         if not return_attention_scores:
             return outputs
         return outputs, _per_example(probabilities, inputs)
@@ -372,8 +392,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         `attnconv bench`) does one projection-sized product more when contexts
         go first and one contraction more when values go first.
         """
-        if self.input_dim != self._output_dim:
-            return self.input_dim > self._output_dim
+        if self.input_dim != self.output_dim:
+            return self.input_dim > self.output_dim
         return self.input_dim > keys_per_query
 
     def _attend(self, probabilities, tokens):
@@ -386,7 +406,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return ops.einsum(f"{p},bkho->bqo", probabilities, values)
 
     def compute_output_shape(self, input_shape):
-        output_dim = self.output_dim or input_shape[-1]
+        output_dim = self._output_dim or input_shape[-1]
         return (*tuple(input_shape)[:-1], output_dim)
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
@@ -405,13 +425,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             score = keras.saving.serialize_keras_object(self.position_score)
         config.update({
             "num_heads": self.num_heads,
-            "output_dim": self.output_dim,
+            "output_dim": self._output_dim,
             "position_score": score,
             "use_content_content": self.use_content_content,
             "use_content_position": self.use_content_position,
             "use_key_bias": self.use_key_bias,
             "use_position_bias": self.use_position_bias,
-            "key_dim": self.key_dim,
+            "key_dim": self._key_dim,
             "content_scale": self.content_scale,
             "position_key_projection": self.position_key_projection,
             "dropout": self.dropout,

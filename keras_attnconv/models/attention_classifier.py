@@ -12,7 +12,7 @@ from keras_attnconv.layers import (
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
-from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.models.validation import check_config_fields, dtype_policy
 from keras_attnconv.utils import check_positive_int
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
@@ -24,7 +24,8 @@ class AttentionClassifierConfig:
 
     Input ``image_size x image_size x 3`` -> ``InvertibleDownsampling(downsampling)``
     -> ``Dense(hidden_dim)`` -> ``num_layers`` encoder blocks -> global average
-    pool -> ``Dense(num_classes)`` (float32 logits).
+    pool -> ``Dense(num_classes)`` (float32 logits). `build` makes the model in
+    any dtype policy (``config.build(dtype="mixed_bfloat16")``).
 
     Attributes:
         num_layers: encoder blocks.
@@ -122,11 +123,11 @@ class AttentionClassifierConfig:
             return self.num_heads
         return (self.num_heads,) * self.num_layers
 
-    def build(self, name=None):
-        return build_attention_classifier(self, name=name)
+    def build(self, name=None, dtype=None):
+        return build_attention_classifier(self, name=name, dtype=dtype)
 
 
-def _position_score(config, num_heads):
+def _position_score(config, num_heads, dtype):
     """The position score of one block (a fresh layer per block, never shared)."""
     if config.position_score != "learned":
         return config.position_score
@@ -135,18 +136,24 @@ def _position_score(config, num_heads):
         embedding_dim=config.hidden_dim if config.position_embedding_dim is None else config.position_embedding_dim,
         head_vectors=config.use_position_bias,
         embeddings_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
+        dtype=dtype,
     )
 
 
-def build_attention_classifier(config, name=None):
-    """Builds the functional Keras model described by `config` (logits output)."""
+def build_attention_classifier(config, name=None, dtype=None):
+    """Builds the functional Keras model described by `config` (logits output), every layer in `dtype`.
+
+    `dtype` is a dtype policy as `build_model` takes it (None: Keras' global
+    policy); the logits layer is float32 under any policy.
+    """
+    dtype = dtype_policy(dtype)
     initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
     inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
-    x = InvertibleDownsampling(config.downsampling, name="downsampling")(inputs)
-    x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, name="embedding")(x)
+    x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(inputs)
+    x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, dtype=dtype, name="embedding")(x)
     if config.absolute_encoding:
-        encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](name="absolute_position")(x)
-        x = keras.layers.Add(name="add_position")([x, encoding])
+        encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
+        x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])
     attention_options = {
         "use_content_content": config.use_content_content,
         "use_content_position": config.use_content_position,
@@ -159,15 +166,18 @@ def build_attention_classifier(config, name=None):
         x = TransformerEncoderBlock(
             num_heads=num_heads,
             intermediate_dim=config.intermediate_dim,
-            position_score=_position_score(config, num_heads),
+            position_score=_position_score(config, num_heads, dtype),
             attention_options=attention_options,
             dropout=config.dropout,
             attention_dropout=config.attention_dropout,
             layer_norm_epsilon=config.layer_norm_epsilon,
             kernel_initializer=initializer,
+            dtype=dtype,
             name=f"encoder_{index}",
         )(x)
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
-    # The classifier output stays float32 under mixed precision.
+    x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
+    # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
     outputs = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(inputs, outputs, name=name or "attention_classifier")
+    model = keras.Model(inputs, outputs, name=name or "attention_classifier")
+    model.dtype_policy = dtype  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
+    return model

@@ -38,11 +38,11 @@ class FlopCount:
 def _attention_flops(layer, input_shape):
     height, width, channels = input_shape[1:]
     tokens = height * width
-    heads, key_dim, out_dim = layer.num_heads, layer._key_dim, layer._output_dim
+    heads, key_dim, out_dim = layer.num_heads, layer.key_dim, layer.output_dim  # a built layer
     projection = 2 * tokens * channels * heads * key_dim
     linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
     carried = min(out_dim, channels)  # the attention contraction carries the narrower width
-    if layer._mode(height, width) == "separable":  # a row pass and a column pass
+    if layer.attention_mode_for(height, width) == "separable":  # a row pass and a column pass
         attention = 2 * heads * tokens * (height + width) * carried
     else:
         attention = 2 * heads * tokens * tokens * carried
@@ -58,10 +58,7 @@ def _attention_flops(layer, input_shape):
         score = layer.position_score
         if layer.position_key_projection:
             linear += 2 * tokens * heads * key_dim * score.encoding_dim
-        if hasattr(score, "axis_dim"):  # factorised learned encoding: rows then columns
-            attention += 2 * tokens * heads * score.axis_dim * (height + width)
-        else:
-            attention += 2 * heads * tokens * tokens * score.encoding_dim
+        attention += 2 * heads * score.content_position_multiply_adds(height, width)
     return FlopCount(linear, attention)
 
 

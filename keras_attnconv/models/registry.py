@@ -6,7 +6,8 @@ import keras
 
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.resnet import ResNetConfig
-from keras_attnconv.utils import closest_names
+from keras_attnconv.models.validation import dtype_policy
+from keras_attnconv.utils import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +84,8 @@ def list_models():
 
 def _entry(name):
     if name not in _REGISTRY:
-        suggestions = closest_names(name, _REGISTRY)
-        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-        raise ValueError(f"Unknown model {name!r}.{hint} Available: {', '.join(_REGISTRY)}. Received: name={name!r}")
+        raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}. "
+                         f"Received: name={name!r}")
     return _REGISTRY[name]
 
 
@@ -96,10 +96,9 @@ def get_model_config(name, **overrides):
     unknown = sorted(set(overrides) - fields)
     if unknown:
         field = unknown[0]
-        suggestions = closest_names(field, fields)
-        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
         raise ValueError(
-            f"Unknown override {field!r} for model {name!r}.{hint} Valid fields: {', '.join(sorted(fields))}. "
+            f"Unknown override {field!r} for model {name!r}.{did_you_mean(field, fields)} "
+            f"Valid fields: {', '.join(sorted(fields))}. "
             f"Received: {field}={overrides[field]!r}"
         )
     return dataclasses.replace(config, **overrides) if overrides else config
@@ -110,8 +109,8 @@ def get_paper_figures(name):
     return _entry(name).paper
 
 
-def build_model(name, *, num_classes=10, image_size=32, seed=None, **overrides):
-    """Builds a registered model: ``keras_attnconv.build_model("quadratic")``.
+def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, **overrides):
+    """Builds a registered model: ``keras_attnconv.build_model("quadratic", dtype="mixed_bfloat16")``.
 
     Args:
         name: a name from `list_models()`.
@@ -120,14 +119,21 @@ def build_model(name, *, num_classes=10, image_size=32, seed=None, **overrides):
         seed: int or None. When given, seeds Keras' global random state
             (``keras.utils.set_random_seed``) before building, so two builds
             with the same seed have the same weights.
+        dtype: the dtype policy of every layer, as keras-hub's backbones take
+            it: a name (``"float32"``, ``"mixed_float16"``, ``"mixed_bfloat16"``,
+            ``"bfloat16"``, ...) or a `keras.DTypePolicy`; None is Keras' global
+            policy (``keras.config.dtype_policy()``), which is never changed.
+            The model's own ``dtype_policy`` is set too, so that ``compile``
+            wraps the optimizer in a `LossScaleOptimizer` for ``"mixed_float16"``.
         **overrides: any other field of the model's config (``num_layers``,
             ``hidden_dim``, ``num_heads``, ...).
 
     Returns:
         An uncompiled functional `keras.Model` from ``(image_size, image_size, 3)``
-        float images to float32 logits.
+        float images to float32 logits (the logits layer is float32 under any `dtype`).
     """
     config = get_model_config(name, num_classes=num_classes, image_size=image_size, **overrides)
+    dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
     if seed is not None:
         keras.utils.set_random_seed(seed)
-    return config.build(name=name)
+    return config.build(name=name, dtype=dtype)

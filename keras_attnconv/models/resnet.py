@@ -4,7 +4,7 @@ import dataclasses
 
 import keras
 
-from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.models.validation import check_config_fields, dtype_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,33 +35,41 @@ class ResNetConfig:
                              f"Received: blocks_per_stage={self.blocks_per_stage}, widths={self.widths}")
         check_config_fields(self, positive=("image_size",))
 
-    def build(self, name=None):
-        return build_resnet(self, name=name)
+    def build(self, name=None, dtype=None):
+        return build_resnet(self, name=name, dtype=dtype)
 
 
-def _conv_bn(x, filters, kernel_size, strides, name):
+def _conv_bn(x, filters, kernel_size, strides, name, dtype):
     x = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", use_bias=False,
-                            kernel_initializer="he_normal", name=f"{name}_conv")(x)
-    return keras.layers.BatchNormalization(name=f"{name}_bn")(x)
+                            kernel_initializer="he_normal", dtype=dtype, name=f"{name}_conv")(x)
+    return keras.layers.BatchNormalization(dtype=dtype, name=f"{name}_bn")(x)
 
 
-def _basic_block(x, filters, strides, name):
+def _basic_block(x, filters, strides, name, dtype):
     shortcut = x
-    y = keras.layers.ReLU(name=f"{name}_relu1")(_conv_bn(x, filters, 3, strides, f"{name}_1"))
-    y = _conv_bn(y, filters, 3, 1, f"{name}_2")
+    y = keras.layers.ReLU(dtype=dtype, name=f"{name}_relu1")(_conv_bn(x, filters, 3, strides, f"{name}_1", dtype))
+    y = _conv_bn(y, filters, 3, 1, f"{name}_2", dtype)
     if strides != 1 or x.shape[-1] != filters:
-        shortcut = _conv_bn(x, filters, 1, strides, f"{name}_shortcut")
-    return keras.layers.ReLU(name=f"{name}_out")(keras.layers.Add(name=f"{name}_add")([y, shortcut]))
+        shortcut = _conv_bn(x, filters, 1, strides, f"{name}_shortcut", dtype)
+    added = keras.layers.Add(dtype=dtype, name=f"{name}_add")([y, shortcut])
+    return keras.layers.ReLU(dtype=dtype, name=f"{name}_out")(added)
 
 
-def build_resnet(config, name=None):
-    """Builds the functional Keras ResNet described by `config` (logits output)."""
+def build_resnet(config, name=None, dtype=None):
+    """Builds the functional Keras ResNet described by `config` (logits output) in the dtype policy `dtype`.
+
+    See `build_model` for `dtype`; the logits layer is float32 under any policy.
+    """
+    dtype = dtype_policy(dtype)
     inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
-    x = keras.layers.ReLU(name="stem_relu")(_conv_bn(inputs, config.widths[0], 3, 1, "stem"))
+    x = keras.layers.ReLU(dtype=dtype, name="stem_relu")(_conv_bn(inputs, config.widths[0], 3, 1, "stem", dtype))
     for stage, (blocks, filters) in enumerate(zip(config.blocks_per_stage, config.widths)):
         for block in range(blocks):
             strides = 2 if stage > 0 and block == 0 else 1
-            x = _basic_block(x, filters, strides, f"stage{stage + 1}_block{block + 1}")
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+            x = _basic_block(x, filters, strides, f"stage{stage + 1}_block{block + 1}", dtype)
+    x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
+    # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
     outputs = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
-    return keras.Model(inputs, outputs, name=name or "resnet")
+    model = keras.Model(inputs, outputs, name=name or "resnet")
+    model.dtype_policy = dtype  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
+    return model

@@ -1,4 +1,6 @@
-"""Checks of config fields with messages that name the field and the value."""
+"""Checks of config fields and build arguments with messages that name the field and the value."""
+
+import keras
 
 from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
 
@@ -27,3 +29,23 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
     num_classes = getattr(config, "num_classes", None)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
+
+
+def dtype_policy(dtype):
+    """The `keras.DTypePolicy` a model is built with: `dtype` checked, None meaning Keras' global policy.
+
+    `dtype` is a policy name (``"float32"``, ``"mixed_float16"``,
+    ``"mixed_bfloat16"``, ``"bfloat16"``, ...) or a `keras.DTypePolicy` whose
+    compute and variable dtypes are floating point; anything else (an unknown
+    name, an integer or quantized policy) is a ValueError naming it.
+    """
+    try:
+        policy = keras.dtype_policies.get(dtype)
+    except (TypeError, ValueError):
+        policy = None
+    if (policy is None or policy.quantization_mode is not None
+            or not all(keras.backend.is_float_dtype(d) for d in (policy.compute_dtype, policy.variable_dtype))):
+        raise ValueError("`dtype` must be None, a floating-point dtype policy name such as 'float32', "
+                         "'mixed_float16', 'mixed_bfloat16' or 'bfloat16', or a keras.DTypePolicy. "
+                         f"Received: dtype={dtype!r}")
+    return policy

@@ -1,6 +1,8 @@
-"""Absolute position encodings: the learned table and 2-D sinusoids."""
+"""Absolute position encodings: the learned table and 2-D sinusoids.
 
-import keras
+Config and `.keras` round trips, XLA and dtype policies: test_keras_conformance.py.
+"""
+
 import numpy as np
 import pytest
 from keras import ops
@@ -28,17 +30,6 @@ def test_learned_table_is_one_trainable_vector_per_pixel():
     assert [tuple(w.shape) for w in layer.trainable_weights] == [(4, 6, 8)]
     np.testing.assert_array_equal(out[0], out[1])
     assert 0.01 < out.std() < 0.03  # N(0, 0.02^2)
-
-
-@pytest.mark.parametrize("layer", [LearnedPositionEmbedding(), SinusoidalPositionEmbedding(max_wavelength=500.0)])
-def test_config_round_trip_and_keras_file(layer, tmp_path):
-    inputs = keras.Input((4, 4, 8))
-    model = keras.Model(inputs, keras.layers.Add()([inputs, layer(inputs)]))
-    x = np.random.default_rng(0).normal(size=(2, 4, 4, 8)).astype("float32")
-    model.save(tmp_path / "m.keras")
-    restored = keras.saving.load_model(tmp_path / "m.keras", safe_mode=True)
-    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
-    assert type(layer).from_config(layer.get_config()).get_config() == layer.get_config()
 
 
 def test_bad_inputs_are_named():

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_weights
 from keras import ops
+from support import randomize_weights
 
 from keras_attnconv.layers import AttentionSpan, LearnedRelativeScore, RelativeMultiHeadAttention
 

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from conftest import requires_tensorflow
 from keras import ops
+from support import requires_tensorflow
 
 from keras_attnconv.layers import InvertibleDownsampling
 

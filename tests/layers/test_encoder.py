@@ -1,11 +1,14 @@
-"""Specifications of TransformerEncoderBlock: the post-LN BERT layout, dropout, config."""
+"""Specifications of TransformerEncoderBlock: the post-LN BERT layout, dropout, attention probabilities.
+
+Config and `.keras` round trips, XLA and dtype policies: test_keras_conformance.py.
+"""
 
 import math
 
 import numpy as np
 import pytest
-from conftest import randomize_weights
 from keras import ops
+from support import eq8_reference, randomize_weights
 
 from keras_attnconv.layers import LearnedRelativeScore, TransformerEncoderBlock
 
@@ -48,29 +51,20 @@ def test_dropout_acts_only_in_training():
     assert not np.allclose(ops.convert_to_numpy(block(x, training=True)), inference)
 
 
-def test_returns_attention_probabilities():
-    block = TransformerEncoderBlock(num_heads=3, intermediate_dim=8)
-    outputs, probs = block(np.ones((2, 4, 4, 6), "float32"), return_attention_scores=True)
-    assert tuple(outputs.shape) == (2, 4, 4, 6)
-    assert tuple(probs.shape) == (2, 3, 16, 16)
-
-
-def test_config_round_trip_with_attention_options():
+def test_returned_probabilities_are_eq8_of_the_block_input():
+    # Content terms make the probabilities depend on the input, so that it matters which input they see.
+    x = np.random.default_rng(3).normal(size=(2, 3, 4, 6)).astype("float32")
     block = TransformerEncoderBlock(
-        num_heads=2, intermediate_dim=8, position_score=LearnedRelativeScore(2, embedding_dim=4, head_vectors=False),
-        attention_options={"use_content_content": True, "use_content_position": True,
-                           "use_position_bias": False, "key_dim": 4},
-        dropout=0.0, attention_dropout=0.0,
+        num_heads=3, intermediate_dim=8, position_score=LearnedRelativeScore(3, embedding_dim=4),
+        attention_options={"use_content_content": True, "use_content_position": True, "use_key_bias": True,
+                           "key_dim": 4},
     )
-    x = np.random.default_rng(2).normal(size=(2, 3, 3, 6)).astype("float32")
     block.build(x.shape)
-    randomize_weights(block)
-    config = block.get_config()
-    clone = TransformerEncoderBlock.from_config(config)
-    clone.build(x.shape)
-    clone.set_weights(block.get_weights())
-    assert clone.get_config() == config
-    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(block(x)), atol=1e-6)
+    randomize_weights(block, scale=0.5)
+    outputs, probs = block(x, return_attention_scores=True)
+    _, expected = eq8_reference(block.attention, x)
+    np.testing.assert_allclose(ops.convert_to_numpy(probs), expected, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), ops.convert_to_numpy(block(x)), atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, message", [

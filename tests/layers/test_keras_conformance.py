@@ -1,25 +1,33 @@
-"""Every public layer passes Keras' own layer contract (`keras.src.testing.TestCase.run_layer_test`).
+"""Every public layer and every position score meets the layer contract.
 
-That check builds each layer eagerly and symbolically, round-trips its config,
-trains it one step in a compiled `fit` and re-creates it with the
-``mixed_float16`` policy, where the symbolic output dtypes
-(`compute_output_spec`) must match the real ones and all weights must stay
-float32. Layers whose outputs are float32 by design (scores, spans) must say
-so in their output spec.
+Keras' own check (`keras.src.testing.TestCase.run_layer_test`) builds each layer
+eagerly and symbolically, round-trips its config and re-creates it with the
+``mixed_float16`` policy, where the symbolic output dtypes (`compute_output_spec`)
+must match the real ones and all weights must stay float32. Layers whose outputs
+are float32 by design (scores, spans) must say so in their output spec.
+
+The checks of `support` add what that check leaves out: equal outputs after a
+config round trip and after a ``.keras`` round trip in safe mode, XLA equal to
+eager, each of the float32 / mixed_float16 / mixed_bfloat16 / bfloat16 dtype
+policies, and a training step (with the call arguments) that changes every weight;
+it replaces Keras' training check, which only runs a step.
 
 The score layers and `AttentionSpan` take the feature map (batch, H, W, C) and
-use its static shape only, so `run_layer_test` drives them directly; their
-output (heads, H*W, H*W) has no batch axis, which the check does not need.
+use its static shape only, so they are driven directly; their output
+(heads, H*W, H*W) has no batch axis.
 """
+
+import functools
 
 import keras
 import pytest
 from keras.src.testing import TestCase
+from support import FLOAT32_LAYERS, LAYER_CHECKS, LayerCase
 
 import keras_attnconv.layers as layers_module
-from keras_attnconv.conversion import ConvolutionAsAttention
 from keras_attnconv.layers import (
     AttentionSpan,
+    ConvolutionAsAttention,
     GaussianScore,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
@@ -29,6 +37,7 @@ from keras_attnconv.layers import (
     SinusoidalPositionEmbedding,
     SirenScore,
     TransformerEncoderBlock,
+    get_position_score,
 )
 from keras_attnconv.layers import __all__ as public_names
 
@@ -42,71 +51,101 @@ TOKENS = INPUT_SHAPE[1] * INPUT_SHAPE[2]
 FEATURE_MAP = INPUT_SHAPE
 SCORES = (HEADS, TOKENS, TOKENS)
 
+# The diagonal Gaussian through the factory, whichever class implements it.
+diagonal_gaussian = functools.partial(get_position_score, "gaussian", diagonal=True)
 
-def attention_case(mode, expected_shape=FEATURE_MAP, call_kwargs=None, **kwargs):
-    return pytest.param(RelativeMultiHeadAttention, {"num_heads": HEADS, **kwargs}, expected_shape, call_kwargs,
-                        id=f"RelativeMultiHeadAttention-{mode}")
+
+def case(make, init_kwargs, expected_shape=FEATURE_MAP, case_id=None, **options):
+    return pytest.param(LayerCase(make, init_kwargs, INPUT_SHAPE, expected_shape, **options),
+                        id=case_id or make.__name__)
+
+
+def score_case(make, case_id=None, **init_kwargs):
+    return case(make, {"num_heads": HEADS, **init_kwargs}, SCORES, case_id, float32_outputs=(0,))
+
+
+def attention_case(mode, **kwargs):
+    return case(RelativeMultiHeadAttention, {"num_heads": HEADS, **kwargs},
+                case_id=f"RelativeMultiHeadAttention-{mode}")
 
 
 CASES = [
     # Every score also runs inside the attention; a score instance is passed as its config, since
-    # run_layer_test creates the layer several times from the same arguments.
+    # the checks create the layer several times from the same arguments.
     attention_case("separable", position_score="quadratic"),
     attention_case("general", position_score="gaussian", dropout=0.1),
-    attention_case("content", position_score="learned", use_content_content=True, use_content_position=True,
-                   use_key_bias=True, key_dim=4),
+    # The key bias adds q.b_k (and u.b_k) to every key of a query alike, which softmax ignores (`untrained`).
+    case(RelativeMultiHeadAttention, {"num_heads": HEADS, "position_score": "learned", "use_content_content": True,
+                                      "use_content_position": True, "use_key_bias": True, "key_dim": 4,
+                                      "content_scale": 0.5, "dropout": 0.1},
+         case_id="RelativeMultiHeadAttention-content", untrained=("key_bias",)),
+    attention_case("separable_diagonal", position_score=keras.saving.serialize_keras_object(
+        diagonal_gaussian(HEADS, dtype="float32")), dropout=0.1),
     attention_case("span", attention_span={"threshold": 0.1}, position_score=keras.saving.serialize_keras_object(
-        GaussianScore(HEADS, diagonal=True, dtype="float32"))),
-    attention_case("scores_returned", call_kwargs={"return_attention_scores": True},
-                   expected_shape=((*INPUT_SHAPE[:3], 4), (INPUT_SHAPE[0], *SCORES)), position_score="siren",
-                   output_dim=4),
-    pytest.param(QuadraticScore, {"num_heads": HEADS}, SCORES, None, id="QuadraticScore"),
-    pytest.param(GaussianScore, {"num_heads": HEADS}, SCORES, None, id="GaussianScore"),
-    pytest.param(GaussianScore, {"num_heads": HEADS, "diagonal": True}, SCORES, None, id="GaussianScore-diagonal"),
-    pytest.param(LearnedRelativeScore, {"num_heads": HEADS, "embedding_dim": 4}, SCORES, None,
-                 id="LearnedRelativeScore"),
-    pytest.param(SirenScore, {"num_heads": HEADS, "hidden_units": 8}, SCORES, None, id="SirenScore"),
-    pytest.param(AttentionSpan, {"num_heads": HEADS}, SCORES, None, id="AttentionSpan"),
-    pytest.param(AttentionSpan, {"num_heads": HEADS, "threshold": None, "span_dims": 1}, SCORES, None,
-                 id="AttentionSpan-soft-1d"),
-    pytest.param(InvertibleDownsampling, {"block_size": 2}, (2, 2, 2, 4 * CHANNELS), None,
-                 id="InvertibleDownsampling"),
-    pytest.param(TransformerEncoderBlock, {"num_heads": HEADS, "intermediate_dim": 16, "attention_dropout": 0.0},
-                 FEATURE_MAP, None, id="TransformerEncoderBlock"),
-    pytest.param(LearnedPositionEmbedding, {}, FEATURE_MAP, None, id="LearnedPositionEmbedding"),
-    pytest.param(SinusoidalPositionEmbedding, {}, FEATURE_MAP, None, id="SinusoidalPositionEmbedding"),
-    pytest.param(ConvolutionAsAttention, {
+        diagonal_gaussian(HEADS, dtype="float32"))),
+    case(RelativeMultiHeadAttention, {"num_heads": HEADS, "position_score": "siren", "output_dim": 4},
+         ((*INPUT_SHAPE[:3], 4), (INPUT_SHAPE[0], *SCORES)), "RelativeMultiHeadAttention-scores_returned",
+         call_kwargs={"return_attention_scores": True}, float32_outputs=(1,)),
+    score_case(QuadraticScore),
+    score_case(GaussianScore),
+    score_case(diagonal_gaussian, "GaussianScore-diagonal"),
+    score_case(LearnedRelativeScore, embedding_dim=4),
+    score_case(SirenScore, hidden_units=8),
+    score_case(AttentionSpan),
+    score_case(AttentionSpan, "AttentionSpan-soft-1d", threshold=None, span_dims=1),
+    case(InvertibleDownsampling, {"block_size": 2}, (2, 2, 2, 4 * CHANNELS)),
+    case(TransformerEncoderBlock, {"num_heads": HEADS, "intermediate_dim": 16, "attention_dropout": 0.1}),
+    case(TransformerEncoderBlock, {
+        "num_heads": HEADS, "intermediate_dim": 16, "position_score": keras.saving.serialize_keras_object(
+            LearnedRelativeScore(HEADS, embedding_dim=4, head_vectors=False, dtype="float32")),
+        "attention_options": {"use_content_content": True, "use_content_position": True, "use_position_bias": False,
+                              "key_dim": 4},
+    }, (INPUT_SHAPE, (INPUT_SHAPE[0], *SCORES)), "TransformerEncoderBlock-content-scores_returned",
+        call_kwargs={"return_attention_scores": True}, float32_outputs=(1,), untrained=("key_bias",)),
+    case(LearnedPositionEmbedding, {}),
+    case(SinusoidalPositionEmbedding, {"max_wavelength": 500.0}),
+    # The wrapped attention keeps the policy of its own config (float32 here), as `conv_to_attention` makes it.
+    case(ConvolutionAsAttention, {
         "attention": keras.saving.serialize_keras_object(RelativeMultiHeadAttention(
-            num_heads=4, output_dim=4, position_score=QuadraticScore(4, dtype="float32"))),
+            num_heads=4, output_dim=4, position_score=QuadraticScore(4, dtype="float32"), dtype="float32")),
         "kernel_size": (2, 2), "strides": (2, 2), "dilation_rate": (1, 1), "padding": "same",
-    }, (2, 2, 2, 4), None, id="ConvolutionAsAttention"),
+    }, (2, 2, 2, 4), float32_layers=(*FLOAT32_LAYERS, RelativeMultiHeadAttention)),
 ]
 
 
-@pytest.mark.parametrize(("layer_cls", "init_kwargs", "expected_shape", "call_kwargs"), CASES)
-def test_layer_passes_keras_run_layer_test(layer_cls, init_kwargs, expected_shape, call_kwargs):
+@pytest.mark.parametrize("case", CASES)
+def test_layer_passes_keras_run_layer_test(case):
     TestCase().run_layer_test(
-        layer_cls, init_kwargs, input_shape=INPUT_SHAPE, call_kwargs=call_kwargs,
-        expected_output_shape=expected_shape,
-        # Keras' training step calls the layer without `call_kwargs`, so it would train on the output alone
-        # while `expected_output_shape` describes (outputs, probabilities): the other cases train that path.
-        run_training_check=call_kwargs is None, run_mixed_precision_check=True,
+        case.make, case.init_kwargs, input_shape=case.input_shape, call_kwargs=case.call_kwargs,
+        expected_output_shape=case.expected_shape,
+        # The "training_step" check trains every case (with its call arguments, which Keras' `fit`
+        # step leaves out) and checks more than that the step runs.
+        run_training_check=False, run_mixed_precision_check=True,
     )
+
+
+@pytest.mark.parametrize("check", LAYER_CHECKS)
+@pytest.mark.parametrize("case", CASES)
+def test_layer_meets_the_contract(case, check):
+    LAYER_CHECKS[check](case)
 
 
 def test_attention_cases_take_the_path_they_are_named_after():
     modes = {}
     for param in CASES:
-        if param.values[0] is RelativeMultiHeadAttention:
-            layer = RelativeMultiHeadAttention(**param.values[1])
+        if param.id.startswith("RelativeMultiHeadAttention-"):
+            layer = param.values[0].layer()
             layer.build(INPUT_SHAPE)
             modes[param.id.split("-")[1]] = layer.attention_mode
-    assert modes == {"separable": "separable", "general": "position", "content": "content", "span": "position",
-                     "scores_returned": "position"}
+    assert modes == {"separable": "separable", "general": "position", "content": "content",
+                     "separable_diagonal": "separable", "span": "position", "scores_returned": "position"}
 
 
-def test_every_public_layer_has_a_conformance_case():
+def test_every_public_layer_and_score_has_a_case():
     layers = {name for name in public_names if isinstance(getattr(layers_module, name), type)
               and issubclass(getattr(layers_module, name), keras.layers.Layer)}
     abstract = {"PositionScore"}  # the base class of the score layers, not meant to be instantiated
-    assert layers - abstract == {param.values[0].__name__ for param in CASES} - {"ConvolutionAsAttention"}
+    covered = {type(param.values[0].layer()).__name__ for param in CASES}
+    assert layers - abstract <= covered
+    scores = {score.__name__ for score in layers_module.POSITION_SCORES.values()}
+    assert scores | {type(diagonal_gaussian(HEADS)).__name__} <= covered

@@ -1,11 +1,15 @@
 """Specifications of the position score functions (eq. 9, Lemma 2, Appendix E, learned)."""
 
+import json
+import zipfile
+
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_attnconv.layers import (
+    DiagonalGaussianScore,
     GaussianScore,
     LearnedRelativeScore,
     QuadraticScore,
@@ -135,6 +139,66 @@ def test_gaussian_initialisation_is_noisy_identity():
     assert 1.1 < np.std(ops.convert_to_numpy(layer.centers)) < 1.7  # N(0, 2I)
 
 
+def test_diagonal_gaussian_equals_the_full_gaussian_with_a_diagonal_inverse_sqrt_covariance():
+    height, width, heads = 4, 5, 3
+    rng = np.random.default_rng(6)
+    centers = rng.normal(0, 1.5, (heads, 2)).astype("float32")
+    scales = rng.uniform(0.3, 2.0, (heads, 2)).astype("float32")
+    diagonal = built_score(DiagonalGaussianScore(heads), height, width)
+    diagonal.set_weights([centers, scales])
+    full = built_score(GaussianScore(heads), height, width)
+    full.set_weights([centers, scales[:, :, None] * np.eye(2, dtype="float32")])
+    np.testing.assert_allclose(ops.convert_to_numpy(diagonal.position_scores(height, width)),
+                               ops.convert_to_numpy(full.position_scores(height, width)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(diagonal.covariances, full.covariances, rtol=1e-5)
+    assert diagonal.separable and not full.separable
+
+
+def rewrite_keras_config(path, rewrite):
+    """Rewrites the config.json of a `.keras` file with ``rewrite(dict)``, keeping its weights."""
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    entries["config.json"] = json.dumps(rewrite(json.loads(entries["config.json"])))
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+
+
+def test_keras_files_of_the_diagonal_gaussian_score_saved_before_its_class_still_load(tmp_path):
+    # Before DiagonalGaussianScore, the axis-aligned score was GaussianScore(diagonal=True), in position_scores.py.
+    inputs = keras.Input((4, 5, 3))
+    attention = RelativeMultiHeadAttention(2, position_score=DiagonalGaussianScore(2, dtype="float32"))
+    model = keras.Model(inputs, attention(inputs))
+    model.get_layer(attention.name).position_score.set_weights(
+        [np.array([[1.0, -2.0], [0.5, 0.0]], "float32"), np.array([[0.6, 1.7], [1.2, 0.4]], "float32")])
+
+    def as_saved_before(config):
+        score = config["config"]["layers"][1]["config"]["position_score"]
+        assert score["class_name"] == "DiagonalGaussianScore"
+        score.update(class_name="GaussianScore", registered_name="keras_attnconv>GaussianScore",
+                     module="keras_attnconv.layers.position_scores")
+        score["config"]["diagonal"] = True
+        return config
+
+    path = tmp_path / "old.keras"
+    model.save(path)
+    rewrite_keras_config(path, as_saved_before)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    x = np.random.default_rng(0).normal(size=(2, 4, 5, 3)).astype("float32")
+    assert isinstance(restored.layers[1].position_score, DiagonalGaussianScore)
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+
+
+def test_names_build_the_diagonal_gaussian_and_give_the_learned_encoding_the_key_dim():
+    assert isinstance(get_position_score("gaussian", 2, diagonal=True), DiagonalGaussianScore)
+    assert type(get_position_score("gaussian", 2)) is GaussianScore
+    assert get_position_score("learned", 2, key_dim=6).embedding_dim == 6
+    assert get_position_score("learned", 2, key_dim=6, embedding_dim=4).embedding_dim == 4
+    attention = RelativeMultiHeadAttention(2, position_score="learned", key_dim=10)
+    attention.build((None, 3, 3, 4))
+    assert attention.position_score.embedding_dim == 10
+
+
 def test_learned_scores_depend_only_on_the_shift():
     height, width = 4, 5
     layer = built_score(LearnedRelativeScore(3, embedding_dim=8), height, width)
@@ -161,12 +225,29 @@ def test_learned_factorised_content_position_equals_full_encoding():
                                full, atol=1e-5)
 
 
+def attention_moments(score, height, width):
+    """Mean and covariance, over shifts, of each head's attention for the query closest to the grid centre.
+
+    Computed from the position scores alone, so it applies to any encoding.
+
+    Returns:
+        (means, covariances): (heads, 2) and (heads, 2, 2) in (row shift, column shift) coordinates.
+    """
+    query = (height // 2) * width + width // 2
+    probs = softmax(ops.convert_to_numpy(score.position_scores(height, width))[:, query, :])
+    rows, cols = np.divmod(np.arange(height * width), width)
+    shifts = np.stack([rows - height // 2, cols - width // 2], axis=-1).astype("float64")
+    means = probs @ shifts
+    centred = shifts[None, :, :] - means[:, None, :]
+    return means, np.einsum("hk,hki,hkj->hij", probs, centred, centred)
+
+
 def test_attention_moments_recover_quadratic_centres_and_covariances():
     height = width = 31
     layer = built_score(QuadraticScore(2), height, width)
     centers = np.array([[1.3, -2.7], [-0.4, 0.8]], "float32")
     layer.set_weights([centers, np.array([0.1, 0.25], "float32")])
-    means, covariances = layer.attention_moments(height, width)
+    means, covariances = attention_moments(layer, height, width)
     np.testing.assert_allclose(means, centers, atol=1e-3)
     np.testing.assert_allclose(covariances, layer.covariances, rtol=1e-3, atol=1e-3)
 
@@ -231,14 +312,6 @@ def test_siren_initialisation_follows_the_siren_paper():
     # With this initialisation the pre-activations of hidden layers stay ~N(0, 1)-like: sin keeps ~unit spread.
     features = ops.convert_to_numpy(layer.shift_features(4, 4))
     assert 0.4 < features.std() < 0.9
-
-
-def test_siren_feeds_the_content_position_term():
-    x = np.random.default_rng(0).normal(size=(2, 4, 5, 6)).astype("float32")
-    layer = RelativeMultiHeadAttention(3, position_score="siren", use_content_position=True, key_dim=32)
-    outputs, probs = layer(x, return_attention_scores=True)
-    assert tuple(outputs.shape) == (2, 4, 5, 6) and layer.attention_mode == "content"
-    assert np.isfinite(ops.convert_to_numpy(probs)).all()
 
 
 @pytest.mark.parametrize("kwargs, message", [

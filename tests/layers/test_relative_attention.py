@@ -1,74 +1,19 @@
-"""Specifications of RelativeMultiHeadAttention: eq. (8) exactness and Keras behaviour."""
+"""Specifications of RelativeMultiHeadAttention: eq. (8) exactness and Keras behaviour.
+
+Config and `.keras` round trips, XLA and dtype policies of every path: test_keras_conformance.py.
+"""
 
 import itertools
 
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_weights
 from keras import ops
+from support import eq8_reference, randomize_weights
 
-from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention
+from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore
 
 TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
-
-
-def np_softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def relative_encoding_reference(score, delta):
-    """r_delta straight from the definitions, for every (q, k): (T, T, D_p)."""
-    d1, d2 = delta[..., 0], delta[..., 1]
-    if score.__class__.__name__ == "QuadraticScore":
-        return np.stack([d1**2 + d2**2, d1, d2], axis=-1).astype("float64")
-    rows = ops.convert_to_numpy(score.row_embeddings)[d1 + score.row_size - 1]
-    cols = ops.convert_to_numpy(score.col_embeddings)[d2 + score.col_size - 1]
-    return np.concatenate([rows, cols], axis=-1).astype("float64")
-
-
-def head_vectors_reference(score):
-    """v_h of eq. (8) from the weights: (heads, D_p)."""
-    if score.__class__.__name__ == "QuadraticScore":
-        alpha, centers = ops.convert_to_numpy(score.alpha), ops.convert_to_numpy(score.centers)
-        return -alpha[:, None] * np.concatenate([np.ones((len(alpha), 1)), -2 * centers], axis=-1)
-    return np.concatenate([ops.convert_to_numpy(score.row_head_vectors),
-                           ops.convert_to_numpy(score.col_head_vectors)], axis=-1)
-
-
-def eq8_reference(layer, x):
-    """Direct NumPy implementation of eq. (8) with the layer's weights (float64)."""
-    batch, height, width, channels = x.shape
-    tokens = x.reshape(batch, height * width, channels).astype("float64")
-    w = {v.path.split("/")[-1]: ops.convert_to_numpy(v).astype("float64") for v in layer.weights}
-    rows, cols = np.divmod(np.arange(height * width), width)
-    coords = np.stack([rows, cols], -1)
-    delta = coords[None, :, :] - coords[:, None, :]
-    scores = np.zeros((batch, layer.num_heads, height * width, height * width))
-    s = layer._scale
-    if "query_kernel" in w:
-        q = np.einsum("btc,chd->bthd", tokens, w["query_kernel"]) + w.get("query_bias", 0)
-    if "key_kernel" in w:
-        k = np.einsum("btc,chd->bthd", tokens, w["key_kernel"]) + w.get("key_bias", 0)
-    if layer.use_content_content:
-        scores += s * np.einsum("bqhd,bkhd->bhqk", q, k)
-    if layer.use_key_bias:
-        scores += s * np.einsum("hd,bkhd->bhk", w["u"], k)[:, :, None, :]
-    if layer.use_content_position or layer.use_position_bias:
-        r = relative_encoding_reference(layer.position_score, delta)
-    if layer.use_content_position:
-        if layer.position_key_projection:
-            projected = np.einsum("bqhd,hde->bqhe", q, w["position_key_kernel"])
-        else:
-            projected = q[..., : r.shape[-1]]  # W_hat = identity padded to key_dim
-        scores += s * np.einsum("bqhe,qke->bhqk", projected, r)
-    if layer.use_position_bias:
-        scores += np.einsum("hd,qkd->hqk", head_vectors_reference(layer.position_score), r)[None]
-    probs = np_softmax(scores)
-    context = np.einsum("bhqk,bkc->bqhc", probs, tokens)
-    out = np.einsum("bqhc,hco->bqo", context, w["output_kernel"]) + w.get("output_bias", 0)
-    return out.reshape(batch, height, width, -1), probs
 
 
 TERM_SETS = [
@@ -76,14 +21,20 @@ TERM_SETS = [
 ]
 
 
+# Scores whose encoding fits key_dim=4, with or without the per-head vectors of the position-bias term.
+# SIREN's omega_0 is small so that float32 sines of the random weights stay within 1e-5 of float64 ones.
+SCORES = {
+    "quadratic": lambda head_vectors: "quadratic",
+    "learned": lambda head_vectors: LearnedRelativeScore(3, embedding_dim=4, max_position=5, head_vectors=head_vectors),
+    "siren": lambda head_vectors: SirenScore(3, hidden_units=4, omega_0=3.0, head_vectors=head_vectors),
+}
+
+
 @pytest.mark.parametrize("terms", TERM_SETS, ids=lambda t: "+".join(k[4:] for k, v in t.items() if v))
-@pytest.mark.parametrize("score", ["quadratic", "learned"])
+@pytest.mark.parametrize("score", sorted(SCORES))
 def test_layer_equals_numpy_eq8(terms, score):
     x = np.random.default_rng(0).normal(size=(2, 3, 4, 6)).astype("float32")
-    position_score = score
-    if score == "learned" and (terms["use_content_position"] or terms["use_position_bias"]):
-        position_score = LearnedRelativeScore(3, embedding_dim=4, max_position=5,
-                                              head_vectors=terms["use_position_bias"])
+    position_score = SCORES[score](terms["use_position_bias"])
     layer = RelativeMultiHeadAttention(num_heads=3, output_dim=5, key_dim=4, position_score=position_score, **terms)
     layer.build(x.shape)
     randomize_weights(layer, scale=0.5)
@@ -143,19 +94,6 @@ def full_layer(**overrides):
     return RelativeMultiHeadAttention(**options)
 
 
-def test_get_config_round_trip_rebuilds_the_same_function():
-    x = np.random.default_rng(4).normal(size=(2, 3, 3, 4)).astype("float32")
-    layer = full_layer(dropout=0.2, content_scale=0.5)
-    layer.build(x.shape)
-    randomize_weights(layer)
-    config = layer.get_config()
-    clone = RelativeMultiHeadAttention.from_config(config)
-    clone.build(x.shape)
-    clone.set_weights(layer.get_weights())
-    assert clone.get_config() == config
-    np.testing.assert_allclose(ops.convert_to_numpy(clone(x)), ops.convert_to_numpy(layer(x)), atol=1e-6)
-
-
 def small_model(attention):
     inputs = keras.Input((4, 4, 3))
     x = attention(inputs)
@@ -163,21 +101,9 @@ def small_model(attention):
     return keras.Model(inputs, keras.layers.Dense(3)(x))
 
 
-def test_keras_file_save_and_load_with_safe_mode(tmp_path):
-    model = small_model(full_layer())
-    randomize_weights(model)
-    x = np.random.default_rng(5).normal(size=(2, 4, 4, 3)).astype("float32")
-    path = tmp_path / "model.keras"
-    model.save(path)
-    restored = keras.saving.load_model(path, safe_mode=True)
-    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
-
-
 @pytest.mark.parametrize("score", ["quadratic", "learned_content"])
 def test_jit_compiled_training_step_matches_eager(score):
-    layer_args = {"quadratic": {}, "learned_content": {}}[score]
-    make = (lambda: full_layer()) if score == "learned_content" else (
-        lambda: RelativeMultiHeadAttention(num_heads=2, **layer_args))
+    make = {"quadratic": lambda: RelativeMultiHeadAttention(num_heads=2), "learned_content": full_layer}[score]
     x = np.random.default_rng(6).normal(size=(4, 4, 4, 3)).astype("float32")
     y = np.array([0, 1, 2, 1])
     models = []

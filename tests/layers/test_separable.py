@@ -3,39 +3,11 @@
 import keras
 import numpy as np
 import pytest
-from conftest import randomize_weights
 from keras import ops
+from support import randomize_weights, training_calls, value_and_gradients
 
 from keras_attnconv import build_model
-from keras_attnconv.layers import GaussianScore, RelativeMultiHeadAttention
-
-
-def value_and_gradients(layer, x):
-    """Output and gradients of sum(output * fixed weights) w.r.t. the input and every weight."""
-    backend = keras.backend.backend()
-    probe = np.random.default_rng(9).normal(size=layer.compute_output_shape(x.shape)).astype("float32")
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x)
-            loss = tf.reduce_sum(tf.cast(y, tf.float32) * probe)
-        grads = tape.gradient(loss, [x, *layer.trainable_variables])
-        return y, [g for g in grads]
-    if backend == "jax":
-        import jax
-
-        variables = [v.value for v in layer.trainable_variables]
-
-        def loss(inputs, values):
-            y, _ = layer.stateless_call(values, [v.value for v in layer.non_trainable_variables], inputs)
-            return (y.astype("float32") * probe).sum(), y
-
-        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, variables)
-        return y, [grads[0], *grads[1]]
-    pytest.skip(f"no gradient helper for backend {backend}")
+from keras_attnconv.layers import RelativeMultiHeadAttention, get_position_score
 
 
 def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=None, alpha=None):
@@ -53,7 +25,7 @@ def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=Non
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 7, 6), (2, 4, 4, 6), (1, 8, 3, 5), (2, 6, 6, 3)])
-@pytest.mark.parametrize("score", ["quadratic", "learned", lambda: GaussianScore(4, diagonal=True)],
+@pytest.mark.parametrize("score", ["quadratic", "learned", lambda: get_position_score("gaussian", 4, diagonal=True)],
                          ids=["quadratic", "learned", "gaussian_diagonal"])
 def test_fast_path_equals_general_path_in_values_and_gradients(score, shape):
     (fast, general), x = fast_and_general(score, shape, output_dim=shape[-1] - 1)
@@ -143,18 +115,38 @@ def test_fast_path_is_used_only_where_it_applies_and_is_cheaper():
         mode(position_score="gaussian", separable=True)
 
 
-def test_factorised_dropout_keeps_the_expected_output():
-    x = np.random.default_rng(0).normal(size=(2, 5, 5, 3)).astype("float32")
-    fast = RelativeMultiHeadAttention(4, dropout=0.3)
-    fast.build(x.shape)
-    randomize_weights(fast)
-    assert fast.attention_mode == "separable"
-    inference = ops.convert_to_numpy(fast(x))
-    samples = np.stack([ops.convert_to_numpy(fast(x, training=True)) for _ in range(400)])
-    assert not np.allclose(samples[0], inference)
-    # Unbiased: the Monte Carlo mean is within 5 standard errors of the inference output.
-    standard_error = samples.std(axis=0) / np.sqrt(len(samples))
-    assert np.all(np.abs(samples.mean(axis=0) - inference) <= 5 * standard_error + 1e-6)
+def dropped_probabilities(layer, x, draws):
+    """Attention probabilities (heads, T, T) and `draws` samples of them after dropout (draws, heads, T, T).
+
+    With one-hot pixels and an output kernel that writes head h's context into its own block of
+    outputs, the output of the layer is the dropped probability matrix of every head.
+    """
+    heads, tokens = layer.num_heads, x.shape[-1]
+    kernel = np.zeros((heads, tokens, heads * tokens), "float32")
+    for head in range(heads):
+        kernel[head, :, head * tokens:(head + 1) * tokens] = np.eye(tokens)
+    layer.output_kernel.assign(kernel)
+    _, probabilities = layer(x, return_attention_scores=True)
+    samples = training_calls(layer, x, draws).reshape(draws, tokens, heads, tokens)  # (draw, query, head, key)
+    return ops.convert_to_numpy(probabilities)[0], samples.transpose(0, 2, 1, 3)
+
+
+def test_separable_attention_dropout_keeps_each_link_with_probability_one_minus_dropout_unbiased():
+    # Row and column links are dropped at the rate 1 - sqrt(1 - dropout) each; a rate of `dropout` per
+    # axis would keep a (query, key) link with probability (1 - dropout)^2 = 0.25 here.
+    dropout, draws, height, width = 0.5, 400, 3, 3
+    x = np.eye(height * width, dtype="float32").reshape(1, height, width, height * width)
+    layer = RelativeMultiHeadAttention(2, output_dim=2 * height * width, dropout=dropout, use_bias=False)
+    layer.build(x.shape)
+    assert layer.attention_mode == "separable"
+    probabilities, samples = dropped_probabilities(layer, x, draws)
+    assert probabilities.min() > 1e-6  # every link can be seen kept or dropped
+    kept = (samples != 0).mean(axis=0)
+    tolerance = 4.5 * np.sqrt(dropout * (1 - dropout) / draws)  # 4.5 standard errors: each of 162 links passes
+    np.testing.assert_array_less(np.abs(kept - (1 - dropout)), tolerance)
+    # Unbiased: the mean of the dropped probabilities is the probabilities.
+    standard_error = samples.std(axis=0) / np.sqrt(draws)
+    np.testing.assert_array_less(np.abs(samples.mean(axis=0) - probabilities), 4.5 * standard_error + 1e-7)
 
 
 @pytest.mark.parametrize("name, expected", [("quadratic_tiny", "separable"), ("learned_tiny", "separable"),

@@ -6,8 +6,9 @@ import re
 import keras
 import numpy as np
 import pytest
-from conftest import requires_tensorflow
+from support import requires_tensorflow
 
+from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
 
@@ -64,3 +65,16 @@ def test_paper_convention_reproduces_table_1():
     expected = {"resnet18": 1.1, "quadratic": 6.2, "learned": 6.2, "learned_content": 15.0}
     for name, billions in expected.items():
         np.testing.assert_allclose(count_flops(build_model(name)).linear / 1e9, billions, rtol=0.02)
+
+
+def test_attention_exposes_the_sizes_and_path_the_count_reads():
+    default = RelativeMultiHeadAttention(2, position_score="quadratic")
+    assert (default.key_dim, default.output_dim, default.attention_mode) == (None, None, None)
+    default.build((None, 4, 5, 6))
+    assert (default.key_dim, default.output_dim, default.attention_mode) == (6, 6, "separable")
+    assert default.attention_mode_for(1, 2) == "position"  # H + W > H * W: the row and column passes cost more
+    assert (default.get_config()["key_dim"], default.get_config()["output_dim"]) == (None, None)
+    sized = RelativeMultiHeadAttention(2, position_score="quadratic", key_dim=3, output_dim=7,
+                                       use_content_content=True)
+    sized.build((None, 4, 5, 6))
+    assert (sized.key_dim, sized.output_dim, sized.attention_mode) == (3, 7, "content")

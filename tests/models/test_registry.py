@@ -96,12 +96,41 @@ def test_cifar100_and_other_image_sizes(name):
     assert model.output.dtype == "float32"
 
 
-def test_mixed_precision_model_outputs_float32_logits():
-    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
-    model = keras_attnconv.build_model("quadratic_tiny", **small_overrides("quadratic_tiny"))
+AMBIENT_POLICY = "float16"  # a global policy no test asks for: a build with `dtype` must neither follow nor set it
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16", "mixed_bfloat16", "bfloat16",
+                                   keras.DTypePolicy("mixed_bfloat16")], ids=str)
+@pytest.mark.parametrize("name", ["learned_tiny", "absolute_learned_tiny", "resnet_tiny"])
+def test_dtype_is_every_layers_policy_with_float32_logits(name, dtype):
+    keras.config.set_dtype_policy(AMBIENT_POLICY)
+    model = keras_attnconv.build_model(name, dtype=dtype, **small_overrides(name))
+    assert keras.config.dtype_policy().name == AMBIENT_POLICY
+    requested = keras.dtype_policies.get(dtype).name
+    created = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    if name == "learned_tiny":  # its position scores are made by the model too, one per block's attention
+        created += [model.get_layer(f"encoder_{index}").attention.position_score for index in range(2)]
+    policies = {layer.name: layer.dtype_policy.name for layer in created}
+    assert policies == {**{layer.name: requested for layer in created}, "logits": "float32"}
+    assert model.dtype_policy.name == requested
     logits = model(batch()[0])
     assert logits.dtype == "float32"
     assert np.isfinite(ops.convert_to_numpy(logits)).all()
+
+
+def test_without_dtype_the_global_policy_applies():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = keras_attnconv.build_model("quadratic_tiny", **small_overrides("quadratic_tiny"))
+    assert model.get_layer("encoder_0").dtype_policy.name == "mixed_bfloat16"
+    assert model.get_layer("logits").dtype_policy.name == "float32"
+
+
+@pytest.mark.parametrize("dtype, loss_scaled", [("mixed_float16", True), ("mixed_bfloat16", False)])
+def test_mixed_float16_models_compile_with_loss_scaling(dtype, loss_scaled):
+    # Keras wraps the optimizer when the model's own policy is mixed_float16; the global one stays float32.
+    model = keras_attnconv.build_model("resnet_tiny", dtype=dtype, **small_overrides("resnet_tiny"))
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == loss_scaled
 
 
 @pytest.mark.parametrize("call, message", [
@@ -122,6 +151,9 @@ def test_mixed_precision_model_outputs_float32_logits():
     (lambda: keras_attnconv.build_model("quadratic_span", attention_span={"threshold": 2}), "threshold=2"),
     (lambda: keras_attnconv.build_model("quadratic", attention_span={"sigma": 2}), "Invalid `attention_span`.*sigma"),
     (lambda: keras_attnconv.build_model("quadratic", attention_span=0.1), "attention_span=0.1"),
+    (lambda: keras_attnconv.build_model("quadratic", dtype="mixed_float32"), "dtype='mixed_float32'"),
+    (lambda: keras_attnconv.build_model("resnet18", dtype="int8_from_float32"), "dtype='int8_from_float32'"),
+    (lambda: keras_attnconv.get_model_config("resnet18").build(dtype="int32"), "dtype='int32'"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

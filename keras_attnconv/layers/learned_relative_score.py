@@ -1,0 +1,125 @@
+"""The paper's learned relative encoding: one embedding per row shift and per column shift."""
+
+import keras
+from keras import ops
+
+from keras_attnconv.layers.position_score import PositionScore
+from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features
+from keras_attnconv.utils import check_positive_int
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class LearnedRelativeScore(PositionScore):
+    """Learned relative encoding: ``r_delta = (row_emb[delta_1], col_emb[delta_2])``.
+
+    ``floor(D_p / 2)`` dimensions embed the row shift and ``floor(D_p / 2)`` the
+    column shift (``encoding_dim = 2 * floor(D_p / 2)``). The position score of
+    head h is ``v_h^T r_delta``; it depends on the shift only.
+
+    Args:
+        num_heads: int, number of attention heads.
+        embedding_dim: int >= 2, ``D_p``. Built by name inside an attention
+            (`get_position_score`), it defaults to the attention's ``key_dim``.
+        max_position: int or None. Largest grid side the tables cover
+            (``2 * max_position - 1`` shifts per axis). None sizes them to the
+            grid the layer is built on.
+        embeddings_initializer: initializer of the shift tables and of ``v``.
+        head_vectors: see `PositionScore`.
+
+    Example:
+    >>> score = LearnedRelativeScore(num_heads=9, embedding_dim=16)
+    >>> score(keras.ops.zeros((2, 8, 8, 4))).shape
+    (9, 64, 64)
+    """
+
+    separable = True
+
+    def __init__(self, num_heads, embedding_dim, max_position=None,
+                 embeddings_initializer=None, head_vectors=True, **kwargs):
+        super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
+        check_positive_int("embedding_dim", embedding_dim)
+        if embedding_dim < 2:
+            raise ValueError(f"`embedding_dim` must be >= 2. Received: embedding_dim={embedding_dim}")
+        check_positive_int("max_position", max_position, allow_none=True)
+        self.embedding_dim = int(embedding_dim)
+        self.max_position = None if max_position is None else int(max_position)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02)
+        )
+        self.axis_dim = self.embedding_dim // 2
+        self.encoding_dim = 2 * self.axis_dim
+
+    @classmethod
+    def from_arguments(cls, num_heads, key_dim=None, **kwargs):
+        kwargs.setdefault("embedding_dim", key_dim)
+        return cls(num_heads, **kwargs)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        height, width = self.grid_shape
+        if self.max_position is not None and max(height, width) > self.max_position:
+            raise ValueError(
+                f"The grid {height}x{width} is larger than `max_position`={self.max_position}. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        self.row_size = self.max_position or height
+        self.col_size = self.max_position or width
+
+        def table(name, size):
+            return self._add_float32_weight(name, (size, self.axis_dim), self.embeddings_initializer)
+
+        self.row_embeddings = table("row_embeddings", 2 * self.row_size - 1)
+        self.col_embeddings = table("col_embeddings", 2 * self.col_size - 1)
+        if self.head_vectors:
+            self.row_head_vectors = table("row_head_vectors", self.num_heads)
+            self.col_head_vectors = table("col_head_vectors", self.num_heads)
+
+    def _axis_tables(self, height, width):
+        """Embeddings of every (query, key) shift per axis: (H, H, d) and (W, W, d)."""
+        if height > self.row_size or width > self.col_size:
+            raise ValueError(
+                f"The grid {height}x{width} exceeds the relative tables built for "
+                f"{self.row_size}x{self.col_size}."
+            )
+        row_index = (axis_shifts(height) + self.row_size - 1).astype("int32")
+        col_index = (axis_shifts(width) + self.col_size - 1).astype("int32")
+        return (ops.take(self.row_embeddings, row_index, axis=0),
+                ops.take(self.col_embeddings, col_index, axis=0))
+
+    def axis_scores(self, height, width):
+        self._require_head_vectors()
+        rows, cols = self._axis_tables(height, width)
+        return (ops.einsum("ikd,hd->hik", rows, self.row_head_vectors),
+                ops.einsum("jld,hd->hjl", cols, self.col_head_vectors))
+
+    def relative_encoding(self, height, width):
+        rows, cols = self._axis_tables(height, width)
+        zeros_r = ops.zeros_like(rows)
+        zeros_c = ops.zeros_like(cols)
+        return combine_axis_features(ops.concatenate([rows, zeros_r], axis=-1),
+                                     ops.concatenate([zeros_c, cols], axis=-1))
+
+    def content_position_scores(self, queries, height, width):
+        # Factorised form: q.r_delta = q_row.row_emb[d1] + q_col.col_emb[d2], never
+        # materialising the (H*W, H*W, D_p) encoding.
+        rows, cols = self._axis_tables(height, width)
+        batch = ops.shape(queries)[0]
+        heads = queries.shape[2]
+        grid = ops.reshape(queries, (batch, height, width, heads, self.encoding_dim))
+        row_scores = ops.einsum("bijhd,ikd->bhijk", grid[..., : self.axis_dim], rows)
+        col_scores = ops.einsum("bijhd,jld->bhijl", grid[..., self.axis_dim:], cols)
+        total = row_scores[..., :, None] + col_scores[..., None, :]  # (b, h, i, j, k, l)
+        return ops.reshape(total, (batch, heads, height * width, height * width))
+
+    def content_position_multiply_adds(self, height, width):
+        # The factorised form above: each query meets H row and W column embeddings.
+        return height * width * self.axis_dim * (height + width)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "embedding_dim": self.embedding_dim,
+            "max_position": self.max_position,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        })
+        return config

@@ -1,0 +1,133 @@
+"""The base class of position scores: the last two terms of eq. (8) for 2-D images.
+
+A position score layer owns the relative encoding ``r_delta`` of every pixel
+shift ``delta = k - q`` (row shift, column shift) and, optionally, one vector
+``v_h`` per head. It answers two questions for a static ``height x width`` grid:
+
+- ``position_scores(height, width)``: ``v_h^T r_delta`` for every head and
+  every (query, key) pair, shape ``(num_heads, H*W, H*W)``, float32. This is
+  the position-bias term of eq. (8); it does not depend on the batch.
+- ``relative_encoding(height, width)``: ``r_delta`` itself, shape
+  ``(H*W, H*W, encoding_dim)``, float32, used by the content-position term
+  ``X_q W_qry W_key_hat r_delta`` (see ``content_position_scores``).
+
+Pixels are indexed row-major (``p = i * width + j``); the shift grid is in
+`keras_attnconv.layers.shift_geometry`. All weights are float32 and never
+autocast, so scores stay float32 under mixed precision.
+"""
+
+import keras
+from keras import ops
+
+from keras_attnconv.layers.shift_geometry import combine_axis_scores
+from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_positive_int
+
+# Centres are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
+PAPER_CENTER_STDDEV = 2.0**0.5
+
+
+class PositionScore(keras.layers.Layer):
+    """Base class of position score layers (do not instantiate directly).
+
+    Calling the layer on a feature map ``(batch, H, W, C)`` returns the
+    batch-independent position scores ``(num_heads, H*W, H*W)``; only the static
+    shape of the input is used.
+
+    Args:
+        num_heads: int, number of attention heads.
+        head_vectors: bool, whether to create the per-head vectors ``v_h``.
+            Set False when the layer only provides ``r_delta`` to the
+            content-position term (no position-bias term), so that no weight
+            goes unused.
+    """
+
+    #: dimension of r_delta; subclasses set it (or compute it in __init__).
+    encoding_dim = None
+    #: whether scores are a row term plus a column term (see `axis_scores`).
+    separable = False
+
+    def __init__(self, num_heads, head_vectors=True, **kwargs):
+        super().__init__(**kwargs)
+        check_positive_int("num_heads", num_heads)
+        self.num_heads = int(num_heads)
+        self.head_vectors = bool(head_vectors)
+
+    @classmethod
+    def from_arguments(cls, num_heads, key_dim=None, **kwargs):
+        """The score `get_position_score` builds from a name and these arguments.
+
+        ``key_dim`` is the query/key width of the attention the score serves;
+        a score whose encoding needs a width overrides this to default to it.
+        """
+        return cls(num_heads, **kwargs)
+
+    def build(self, input_shape):
+        self.grid_shape = grid_size(input_shape)
+        self.built = True
+
+    def _add_float32_weight(self, name, shape, initializer):
+        """A float32 weight, never autocast: scores stay float32 under any dtype policy."""
+        return self.add_weight(name=name, shape=shape, dtype="float32", autocast=False, initializer=initializer)
+
+    def call(self, inputs):
+        height, width = grid_size(inputs.shape)
+        return self.position_scores(height, width)
+
+    def compute_output_shape(self, input_shape):
+        height, width = grid_size(input_shape)
+        return (self.num_heads, height * width, height * width)
+
+    def compute_output_spec(self, inputs):
+        # Scores are float32 under any policy (float32 weights, never autocast), not the compute dtype.
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
+
+    def _require_head_vectors(self):
+        if not self.head_vectors:
+            raise ValueError(
+                f"{self.__class__.__name__} was created with head_vectors=False, so it has "
+                "no per-head vectors and cannot produce position scores."
+            )
+
+    def position_scores(self, height, width):
+        """``v_h^T r_delta`` for all heads and pixel pairs: (heads, H*W, H*W), float32."""
+        return combine_axis_scores(*self.axis_scores(height, width))
+
+    def axis_scores(self, height, width):
+        """Row and column scores, (heads, H, H) and (heads, W, W), of a separable score.
+
+        ``score(q, k) = row[h, q_row, k_row] + column[h, q_col, k_col]``, so the
+        softmax over the grid is the outer product of a row softmax and a
+        column softmax, which the attention uses to apply a head as a row pass
+        and a column pass.
+        """
+        raise NotImplementedError(f"{self.__class__.__name__} scores are not separable by axis.")
+
+    def relative_encoding(self, height, width):
+        """``r_delta`` for all pixel pairs: (H*W, H*W, encoding_dim), float32."""
+        raise NotImplementedError
+
+    def content_position_scores(self, queries, height, width):
+        """Content-position term ``q^T r_delta`` of eq. (8).
+
+        Args:
+            queries: float32 tensor (batch, H*W, heads, encoding_dim): the
+                queries already mapped into the encoding space
+                (``X_q W_qry W_key_hat``).
+            height, width: static grid size.
+
+        Returns:
+            float32 tensor (batch, heads, H*W, H*W).
+        """
+        encoding = self.relative_encoding(height, width)
+        return ops.einsum("bqhd,qkd->bhqk", queries, encoding)
+
+    def content_position_multiply_adds(self, height, width):
+        """Multiply-adds of `content_position_scores` per example and head (for FLOP counts)."""
+        tokens = height * width
+        return tokens * tokens * self.encoding_dim
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_heads": self.num_heads, "head_vectors": self.head_vectors})
+        return config

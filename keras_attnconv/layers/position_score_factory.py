@@ -1,0 +1,46 @@
+"""`get_position_score`: a position score layer from a name, a config or an instance."""
+
+import keras
+
+from keras_attnconv.layers.gaussian_score import GaussianScore
+from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
+from keras_attnconv.layers.position_score import PositionScore
+from keras_attnconv.layers.quadratic_score import QuadraticScore
+from keras_attnconv.layers.siren_score import SirenScore
+from keras_attnconv.utils import check_choice
+
+POSITION_SCORES = {
+    "quadratic": QuadraticScore,
+    "gaussian": GaussianScore,
+    "learned": LearnedRelativeScore,
+    "siren": SirenScore,
+}
+
+
+def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
+    """Returns a position score layer from a name, a config dict or an instance.
+
+    Args:
+        identifier: a name of `POSITION_SCORES`, a `PositionScore` instance
+            (returned as is) or a serialized layer dict.
+        num_heads: int, used when building from a name.
+        key_dim: int or None, the query/key width of the attention the score
+            serves: the default encoding width of scores that need one (the
+            learned encoding's ``embedding_dim``); used when building from a name.
+        **kwargs: extra constructor arguments when building from a name
+            (``"gaussian"`` also takes ``diagonal=True`` for `DiagonalGaussianScore`).
+    """
+    if isinstance(identifier, PositionScore):
+        return identifier
+    if isinstance(identifier, dict):
+        layer = keras.saving.deserialize_keras_object(identifier)
+        if not isinstance(layer, PositionScore):
+            raise ValueError(f"`position_score` config does not describe a PositionScore. Received: {identifier}")
+        return layer
+    if isinstance(identifier, str):
+        check_choice("position_score", identifier, sorted(POSITION_SCORES))
+        return POSITION_SCORES[identifier].from_arguments(num_heads, key_dim=key_dim, **kwargs)
+    raise ValueError(
+        "`position_score` must be a name, a PositionScore layer or its config. "
+        f"Received: position_score={identifier!r}"
+    )

@@ -1,0 +1,91 @@
+"""The paper's quadratic encoding, eq. (9): isotropic Gaussian heads."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
+from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features
+from keras_attnconv.utils import check_real
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class QuadraticScore(PositionScore):
+    """Eq. (9) quadratic encoding: ``-alpha_h * ||delta - Delta_h||^2``.
+
+    ``v_h = -alpha_h (1, -2 Delta_h1, -2 Delta_h2)`` and
+    ``r_delta = (||delta||^2, delta_1, delta_2)``; ``v_h^T r_delta`` differs from
+    ``-alpha_h ||delta - Delta_h||^2`` by a constant per query, which softmax
+    ignores. Scores are computed in the centred form, which stays accurate for
+    far centres and huge ``alpha`` (no cancellation of large terms). With
+    ``alpha >= 46`` a head attends to the single pixel ``q + Delta_h`` in float32
+    (Lemma 2).
+
+    Args:
+        num_heads: int, number of attention heads.
+        center_stddev: float, standard deviation of the initial centres
+            ``Delta_h ~ N(0, center_stddev^2 I)``; the paper's N(0, 2I) is the
+            default.
+        alpha_initializer: initializer of ``alpha``. Default 0.5, the isotropic
+            Gaussian with unit covariance that the reference code starts from.
+        head_vectors: see `PositionScore`.
+
+    Example:
+    >>> score = QuadraticScore(num_heads=9)
+    >>> score(keras.ops.zeros((1, 16, 16, 32))).shape
+    (9, 256, 256)
+    """
+
+    encoding_dim = 3
+    separable = True
+
+    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
+                 head_vectors=True, **kwargs):
+        super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
+        check_real("center_stddev", center_stddev, low=0.0)
+        self.center_stddev = float(center_stddev)
+        self.alpha_initializer = alpha_initializer
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        if self.head_vectors:
+            self.centers = self._add_float32_weight(
+                "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev))
+            alpha_init = self.alpha_initializer
+            if isinstance(alpha_init, (int, float)):
+                alpha_init = keras.initializers.Constant(float(alpha_init))
+            self.alpha = self._add_float32_weight("alpha", (self.num_heads,), alpha_init)
+
+    @property
+    def covariances(self):
+        """Covariance ``I / (2 alpha_h)`` of each head's Gaussian, NumPy (heads, 2, 2)."""
+        alpha = ops.convert_to_numpy(self.alpha).astype("float64")
+        return np.eye(2)[None] / (2.0 * alpha[:, None, None])
+
+    def head_vectors_v(self):
+        """The eq. (9) vectors ``v_h = -alpha_h (1, -2 Delta_h1, -2 Delta_h2)``: (heads, 3)."""
+        self._require_head_vectors()
+        alpha = ops.convert_to_tensor(self.alpha)[:, None]
+        ones = ops.ones_like(alpha)
+        return -alpha * ops.concatenate([ones, -2.0 * ops.convert_to_tensor(self.centers)], axis=-1)
+
+    def axis_scores(self, height, width):
+        self._require_head_vectors()
+        alpha = ops.convert_to_tensor(self.alpha)[:, None, None]
+        row, col = centred_shifts(self.centers, height, width)
+        return -alpha * ops.square(row), -alpha * ops.square(col)
+
+    def relative_encoding(self, height, width):
+        rows, cols = axis_shifts(height), axis_shifts(width)
+        zeros_r, zeros_c = np.zeros_like(rows), np.zeros_like(cols)
+        row_features = np.stack([rows**2, rows, zeros_r], axis=-1)
+        col_features = np.stack([cols**2, zeros_c, cols], axis=-1)
+        return combine_axis_features(ops.convert_to_tensor(row_features), ops.convert_to_tensor(col_features))
+
+    def get_config(self):
+        config = super().get_config()
+        alpha_init = self.alpha_initializer
+        if not isinstance(alpha_init, (int, float)):
+            alpha_init = keras.initializers.serialize(keras.initializers.get(alpha_init))
+        config.update({"center_stddev": self.center_stddev, "alpha_initializer": alpha_init})
+        return config

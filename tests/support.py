@@ -1,0 +1,312 @@
+"""Helpers shared by the tests, imported as ``from support import ...`` (pytest's ``pythonpath = tests``).
+
+Fixtures live in conftest.py; plain functions live here, so that no test imports conftest.
+
+- `LayerCase` and the ``check_*`` functions: the contract every public layer meets (a config round
+  trip, a ``.keras`` round trip in safe mode, XLA equal to eager, each dtype policy, a training step).
+- `eq8_reference`: eq. (8) of the paper in NumPy (float64), from a layer's weights.
+"""
+
+import dataclasses
+import functools
+import inspect
+import os
+import tempfile
+from collections.abc import Callable
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv.layers import AttentionSpan, PositionScore
+
+requires_tensorflow = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="compares against TensorFlow ops; backend is not tensorflow"
+)
+
+#: The dtype policies every layer is run under.
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "bfloat16")
+
+#: Layers whose weights and outputs are float32 under any policy, by design (scores stay exact).
+FLOAT32_LAYERS = (PositionScore, AttentionSpan)
+
+
+def randomize_weights(layer, seed=0, scale=0.3):
+    """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()])
+
+
+def numpy_outputs(outputs):
+    """A layer's outputs as a list of float32 NumPy arrays (one per output)."""
+    return [ops.convert_to_numpy(ops.cast(y, "float32")) for y in keras.tree.flatten(outputs)]
+
+
+def value_and_gradients(layer, x, **call_kwargs):
+    """Outputs, and gradients of sum(output * fixed random probe) w.r.t. the input and every trainable weight.
+
+    Returns:
+        ``(outputs, [d/dx, *d/d(layer.trainable_variables)])``.
+    """
+    def loss_of(outputs):
+        rng = np.random.default_rng(9)
+        return sum(ops.sum(ops.cast(y, "float32") * rng.normal(size=tuple(y.shape)).astype("float32"))
+                   for y in keras.tree.flatten(outputs))
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = layer(x, **call_kwargs)
+            loss = loss_of(outputs)
+        return outputs, tape.gradient(loss, [x, *layer.trainable_variables])
+    if backend == "jax":
+        import jax
+
+        if not layer.built:
+            layer(x, **call_kwargs)
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        @jax.jit  # one compilation instead of one per operation
+        @functools.partial(jax.value_and_grad, argnums=(0, 1), has_aux=True)
+        def loss(inputs, values):
+            outputs, _ = layer.stateless_call(values, non_trainable, inputs, **call_kwargs)
+            return loss_of(outputs), outputs
+
+        (_, outputs), grads = loss(x, [v.value for v in layer.trainable_variables])
+        return outputs, [grads[0], *grads[1]]
+    pytest.skip(f"no gradient helper for backend {backend}")
+
+
+def training_calls(layer, x, count):
+    """Outputs of `count` calls ``layer(x, training=True)`` (new dropout masks each), stacked, as NumPy.
+
+    Compiled once (tf.function, or jax.jit threading the seed state), since eager calls of the
+    attention cost tens of milliseconds each.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        call = tf.function(lambda: layer(x, training=True))
+        return np.stack([ops.convert_to_numpy(call()) for _ in range(count)])
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in layer.trainable_variables]
+        call = jax.jit(lambda state: layer.stateless_call(trainable, state, x, training=True))
+        state, outputs = [v.value for v in layer.non_trainable_variables], []
+        for _ in range(count):
+            y, state = call(state)
+            outputs.append(np.asarray(y))
+        return np.stack(outputs)
+    return np.stack([ops.convert_to_numpy(layer(x, training=True)) for _ in range(count)])
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCase:
+    """One public layer, as its constructor and the input it is checked on.
+
+    Attributes:
+        make: the layer class, or any callable returning a new layer from keyword arguments.
+        init_kwargs: constructor arguments.
+        input_shape: shape of the (float32, standard normal) input.
+        expected_shape: output shape(s), for `run_layer_test`.
+        call_kwargs: extra call arguments.
+        float32_outputs: indices (in `keras.tree.flatten` order) of the outputs that are float32
+            under any policy by design (scores, attention probabilities).
+        untrained: names of trainable weights that a training step leaves unchanged by design
+            (their gradient is zero, e.g. a key bias that adds a constant to every key's score).
+        float32_layers: sublayer classes whose weights are float32 under any policy.
+    """
+
+    make: Callable
+    init_kwargs: dict
+    input_shape: tuple
+    expected_shape: tuple
+    call_kwargs: dict = dataclasses.field(default_factory=dict)
+    float32_outputs: tuple = ()
+    untrained: tuple = ()
+    float32_layers: tuple = FLOAT32_LAYERS
+
+    def layer(self, **kwargs):
+        return self.make(**self.init_kwargs, **kwargs)
+
+    def input(self, seed=0):
+        return np.random.default_rng(seed).normal(size=self.input_shape).astype("float32")
+
+    def randomized_layer(self, **kwargs):
+        """A built layer whose every weight is random, so that a weight lost in a round trip shows."""
+        layer = self.layer(**kwargs)
+        layer(self.input(), **self.call_kwargs)
+        randomize_weights(layer, scale=0.2)
+        return layer
+
+    def model(self, layer):
+        """A functional model of the layer alone, with every output of the layer."""
+        inputs = keras.Input(self.input_shape[1:], batch_size=self.input_shape[0])
+        outputs = layer(inputs, **self.call_kwargs)
+        assert len(keras.tree.flatten(outputs)) == len(keras.tree.flatten(layer(self.input(), **self.call_kwargs)))
+        return keras.Model(inputs, outputs)
+
+
+def assert_same_outputs(actual, expected, atol=0.0, rtol=0.0):
+    actual, expected = numpy_outputs(actual), numpy_outputs(expected)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert not np.isnan(e).any()  # (a span's masked keys are -inf)
+        np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
+
+
+def check_config_round_trip(case):
+    """`from_config(get_config())` gives the same config and, with the same weights, the same outputs."""
+    layer = case.randomized_layer()
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    x = case.input(seed=1)
+    clone(x, **case.call_kwargs)
+    clone.set_weights(layer.get_weights())
+    assert clone.get_config() == config
+    assert_same_outputs(clone(x, **case.call_kwargs), layer(x, **case.call_kwargs))
+
+
+def check_keras_file_round_trip(case):
+    """A model holding the layer saved as `.keras` loads in safe mode and gives the same outputs."""
+    model = case.model(case.randomized_layer())
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "model.keras")
+        model.save(path)
+        restored = keras.saving.load_model(path, safe_mode=True)
+    x = case.input(seed=2)
+    assert_same_outputs(restored(x), model(x))
+
+
+def check_xla_equals_eager(case):
+    """The layer compiled with XLA (a `jit_compile=True` model) computes what it computes eagerly."""
+    model = case.model(case.randomized_layer())
+    model.compile(jit_compile=True)
+    assert model.jit_compile is True
+    x = case.input(seed=3)
+    assert_same_outputs(model.predict_on_batch(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def check_dtype_policy(case, policy):
+    """Under `dtype=policy`: outputs in the compute dtype, weights in the variable dtype, finite values.
+
+    Scores and attention probabilities (`float32_outputs`) and the weights of the score and span
+    layers stay float32 under any policy.
+    """
+    policy = keras.dtype_policies.get(policy)
+    layer = case.layer(dtype=policy)
+    outputs = keras.tree.flatten(layer(case.input(seed=4), **case.call_kwargs))
+    expected = [("float32" if i in case.float32_outputs else policy.compute_dtype) for i in range(len(outputs))]
+    assert [keras.backend.standardize_dtype(y.dtype) for y in outputs] == expected
+    assert all(np.isfinite(y).all() for y in numpy_outputs(outputs))
+    float32_weights = {id(w) for sublayer in layer._flatten_layers()
+                       if isinstance(sublayer, case.float32_layers) for w in sublayer.weights}
+    dtypes = {w.path: ("float32" if id(w) in float32_weights else policy.variable_dtype) for w in layer.weights}
+    assert {w.path: keras.backend.standardize_dtype(w.dtype) for w in layer.weights} == dtypes
+
+
+def check_training_step(case):
+    """One SGD step (with dropout active) changes every trainable weight, to finite values."""
+    layer = case.layer()
+    x = case.input(seed=5)
+    layer(x, **case.call_kwargs)
+    weights = layer.trainable_variables
+    before = [ops.convert_to_numpy(w) for w in weights]
+    training = {"training": True} if "training" in inspect.signature(layer.call).parameters else {}
+    _, gradients = value_and_gradients(layer, x, **training, **case.call_kwargs)
+    keras.optimizers.SGD(0.1).apply(gradients[1:], weights)
+    after = [ops.convert_to_numpy(w) for w in weights]
+    assert all(np.isfinite(w).all() for w in after)
+    changed = {w.path for w, old, new in zip(weights, before, after) if np.abs(new - old).max() > 1e-6}
+    assert changed == {w.path for w in weights if w.path.split("/")[-1] not in case.untrained}
+
+
+#: Every check of the layer contract by name, each a function of a `LayerCase`.
+LAYER_CHECKS = {
+    "config_round_trip": check_config_round_trip,
+    "keras_file_round_trip": check_keras_file_round_trip,
+    "xla_equals_eager": check_xla_equals_eager,
+    **{f"dtype_{policy}": functools.partial(check_dtype_policy, policy=policy) for policy in DTYPE_POLICIES},
+    "training_step": check_training_step,
+}
+
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def relative_encoding_reference(score, height, width):
+    """r_delta straight from the definitions, for every (query, key) pixel pair: (T, T, D_p), float64."""
+    rows, cols = np.divmod(np.arange(height * width), width)
+    d1, d2 = rows[None, :] - rows[:, None], cols[None, :] - cols[:, None]  # delta = key - query
+    name = type(score).__name__
+    if name == "QuadraticScore":
+        return np.stack([d1**2 + d2**2, d1, d2], axis=-1).astype("float64")
+    if name == "SirenScore":
+        # z_1 = sin(omega_0 (u W_1 + b_1)), z_{k+1} = sin(omega_0 (z_k W_k + b_k)) of u = delta / (size - 1).
+        z = np.stack([d1 / max(height - 1, 1), d2 / max(width - 1, 1)], axis=-1).astype("float64")
+        for kernel, bias in zip(score.sine_kernels, score.sine_biases):
+            z = np.sin(score.omega_0 * (z @ ops.convert_to_numpy(kernel) + ops.convert_to_numpy(bias)))
+        return z
+    rows_table = ops.convert_to_numpy(score.row_embeddings)[d1 + score.row_size - 1]
+    cols_table = ops.convert_to_numpy(score.col_embeddings)[d2 + score.col_size - 1]
+    return np.concatenate([rows_table, cols_table], axis=-1).astype("float64")
+
+
+def head_vectors_reference(score):
+    """v_h of eq. (8) from the weights: (heads, D_p)."""
+    name = type(score).__name__
+    if name == "QuadraticScore":
+        alpha, centers = ops.convert_to_numpy(score.alpha), ops.convert_to_numpy(score.centers)
+        return -alpha[:, None] * np.concatenate([np.ones((len(alpha), 1)), -2 * centers], axis=-1)
+    if name == "SirenScore":
+        return ops.convert_to_numpy(score.head_kernel).astype("float64").T
+    return np.concatenate([ops.convert_to_numpy(score.row_head_vectors),
+                           ops.convert_to_numpy(score.col_head_vectors)], axis=-1)
+
+
+def eq8_reference(layer, x):
+    """Eq. (8) in NumPy (float64) with the weights of a `RelativeMultiHeadAttention`.
+
+    Covers the four score terms with the quadratic, learned and SIREN encodings.
+
+    Returns:
+        (outputs (batch, H, W, output_dim), probabilities (batch, heads, T, T)).
+    """
+    batch, height, width, channels = x.shape
+    tokens = x.reshape(batch, height * width, channels).astype("float64")
+    w = {v.path.split("/")[-1]: ops.convert_to_numpy(v).astype("float64") for v in layer.weights}
+    scores = np.zeros((batch, layer.num_heads, height * width, height * width))
+    if "query_kernel" in w:
+        q = np.einsum("btc,chd->bthd", tokens, w["query_kernel"]) + w.get("query_bias", 0)
+    if "key_kernel" in w:
+        k = np.einsum("btc,chd->bthd", tokens, w["key_kernel"]) + w.get("key_bias", 0)
+    key_dims = [w[name].shape[-1] for name in ("query_kernel", "key_kernel") if name in w]  # none: no content term
+    s = layer.content_scale if layer.content_scale is not None else (key_dims or [1])[0] ** -0.5
+    if layer.use_content_content:
+        scores += s * np.einsum("bqhd,bkhd->bhqk", q, k)
+    if layer.use_key_bias:
+        scores += s * np.einsum("hd,bkhd->bhk", w["u"], k)[:, :, None, :]
+    if layer.use_content_position or layer.use_position_bias:
+        r = relative_encoding_reference(layer.position_score, height, width)
+    if layer.use_content_position:
+        if layer.position_key_projection:
+            projected = np.einsum("bqhd,hde->bqhe", q, w["position_key_kernel"])
+        else:
+            projected = q[..., : r.shape[-1]]  # W_hat = identity padded to key_dim
+        scores += s * np.einsum("bqhe,qke->bhqk", projected, r)
+    if layer.use_position_bias:
+        scores += np.einsum("hd,qkd->hqk", head_vectors_reference(layer.position_score), r)[None]
+    probs = np_softmax(scores)
+    context = np.einsum("bhqk,bkc->bqhc", probs, tokens)
+    out = np.einsum("bqhc,hco->bqo", context, w["output_kernel"]) + w.get("output_bias", 0)
+    return out.reshape(batch, height, width, -1), probs
