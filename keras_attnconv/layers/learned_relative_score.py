@@ -102,13 +102,13 @@ class LearnedRelativeScore(PositionScore):
     def content_position_scores(self, queries, height, width):
         # Factorised form: q.r_delta = q_row.row_emb[d1] + q_col.col_emb[d2], never
         # materialising the (H*W, H*W, D_p) encoding.
-        rows, cols = self._axis_tables(height, width)
+        rows, cols = (ops.cast(table, queries.dtype) for table in self._axis_tables(height, width))
         batch = ops.shape(queries)[0]
         heads = queries.shape[2]
         grid = ops.reshape(queries, (batch, height, width, heads, self.encoding_dim))
         row_scores = ops.einsum("bijhd,ikd->bhijk", grid[..., : self.axis_dim], rows)
         col_scores = ops.einsum("bijhd,jld->bhijl", grid[..., self.axis_dim:], cols)
-        total = row_scores[..., :, None] + col_scores[..., None, :]  # (b, h, i, j, k, l)
+        total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(col_scores, "float32")[..., None, :]
         return ops.reshape(total, (batch, heads, height * width, height * width))
 
     def content_position_multiply_adds(self, height, width):

@@ -111,16 +111,18 @@ class PositionScore(keras.layers.Layer):
         """Content-position term ``q^T r_delta`` of eq. (8).
 
         Args:
-            queries: float32 tensor (batch, H*W, heads, encoding_dim): the
-                queries already mapped into the encoding space
-                (``X_q W_qry W_key_hat``).
+            queries: tensor (batch, H*W, heads, encoding_dim) in the compute
+                dtype: the queries already mapped into the encoding space
+                (``X_q W_qry W_key_hat``). The encoding is cast to their dtype
+                (not the queries to float32: no float32 copy of a
+                (batch, tokens, heads, channels) tensor under mixed precision).
             height, width: static grid size.
 
         Returns:
             float32 tensor (batch, heads, H*W, H*W).
         """
-        encoding = self.relative_encoding(height, width)
-        return ops.einsum("bqhd,qkd->bhqk", queries, encoding)
+        encoding = ops.cast(self.relative_encoding(height, width), queries.dtype)
+        return ops.cast(ops.einsum("bqhd,qkd->bhqk", queries, encoding), "float32")
 
     def content_position_multiply_adds(self, height, width):
         """Multiply-adds of `content_position_scores` per example and head (for FLOP counts)."""

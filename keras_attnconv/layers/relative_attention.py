@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.attention_span import AttentionSpan
+from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.layers.position_score_factory import get_position_score
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
@@ -63,8 +64,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             are a row term plus a column term (quadratic, learned, diagonal
             Gaussian) have probabilities ``R_h (x) C_h`` and are applied as a
             row pass and a column pass, ``O(HW(H + W))`` instead of
-            ``O((HW)^2)`` per channel. "auto" uses that where it is cheaper;
-            False forces the general path (the eq. (8) reference). With
+            ``O((HW)^2)`` per channel. "auto" uses that where it is faster on
+            the device (`keras_attnconv.layers.path_rule`: on a CPU wherever
+            it does fewer FLOPs, on a GPU/TPU above 1024 tokens); True forces
+            it, False forces the general path (the eq. (8) reference). With
             attention dropout the row and column links are dropped
             independently. `attention_mode` reports the path taken.
         attention_span: None, an `AttentionSpan` layer, a dict of its
@@ -210,8 +213,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         """The path taken on the grid the layer was built for (see `attention_mode_for`); None before."""
         return self._attention_mode
 
-    def attention_mode_for(self, height, width):
+    def attention_mode_for(self, height, width, platform=None):
         """The path taken on a ``height x width`` grid.
+
+        Args:
+            height, width: the grid.
+            platform: ``"cpu"``, ``"gpu"`` or ``"tpu"``; None means the device
+                the backend computes on (see `keras_attnconv.layers.path_rule`).
 
         Returns:
             ``"content"`` (probabilities per example), ``"position"`` (one
@@ -229,8 +237,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                           else "An attention span with a threshold (or 1-D) is")
                 raise ValueError(f"{reason} not separable by axis. Received: separable=True")
             return "position"
-        # Row + column passes cost H*W*(H + W) per channel and head; the full contraction (H*W)^2.
-        return "separable" if self.separable is True or height + width < height * width else "position"
+        return "separable" if self.separable is True or prefers_separable(height, width, platform) else "position"
 
     def build(self, input_shape):
         height, width = grid_size(input_shape)
@@ -319,9 +326,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 position_queries = ops.einsum("bthd,hde->bthe", queries, self.position_key_kernel)
             else:
                 position_queries = queries[..., : self.position_score.encoding_dim]
-            content = content + self.position_score.content_position_scores(
-                ops.cast(position_queries, "float32"), height, width
-            )
+            content = content + self.position_score.content_position_scores(position_queries, height, width)
         if position is not None:
             return content + position[None]
         if not (self.use_content_content or self.use_content_position):

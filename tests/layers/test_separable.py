@@ -8,6 +8,7 @@ from support import randomize_weights, training_calls, value_and_gradients
 
 from keras_attnconv import build_model
 from keras_attnconv.layers import RelativeMultiHeadAttention, get_position_score
+from keras_attnconv.layers.path_rule import default_platform
 
 
 def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=None, alpha=None):
@@ -169,3 +170,20 @@ def test_models_pick_the_fast_path_and_their_outputs_are_unchanged(name, expecte
 def test_bad_separable_argument_is_named():
     with pytest.raises(ValueError, match="separable='yes'"):
         RelativeMultiHeadAttention(2, separable="yes")
+
+
+def test_the_path_rule_is_per_platform():
+    # CPU: separable wherever it does fewer FLOPs; accelerators: the dense contraction up to 1024 tokens.
+    layer = RelativeMultiHeadAttention(2)
+    layer.build((None, 16, 16, 3))
+    assert [layer.attention_mode_for(16, 16, platform) for platform in ("cpu", "gpu", "tpu")] == [
+        "separable", "position", "position"]
+    assert layer.attention_mode_for(32, 32, "gpu") == "position"
+    assert layer.attention_mode_for(33, 32, "gpu") == "separable"
+    assert layer.attention_mode_for(1, 2, "cpu") == "position"  # 1 + 2 > 1 * 2: the passes cost more
+    assert layer.attention_mode == layer.attention_mode_for(16, 16, default_platform())
+    forced = RelativeMultiHeadAttention(2, separable=True)
+    forced.build((None, 16, 16, 3))
+    assert forced.attention_mode_for(16, 16, "gpu") == "separable"
+    with pytest.raises(ValueError, match="platform='cuda'"):
+        layer.attention_mode_for(16, 16, "cuda")

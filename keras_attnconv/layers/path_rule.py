@@ -1,0 +1,65 @@
+"""Which path position-only attention takes on which device: the rule behind `attention_mode_for`.
+
+Position-only heads (no term depends on the input) have probabilities that
+are the same for every example. With a separable score they can be applied
+as a row pass and a column pass (``"separable"``, ``T (H + W)`` multiply-adds
+per channel and head) or as one dense ``(heads, T, T)`` contraction
+(``"position"``, ``T^2``). Which is faster depends on the device, not on the
+FLOP count alone:
+
+- CPU: the separable passes are faster wherever they do fewer FLOPs
+  (``H + W < H W``); `attnconv bench` measures this on every run (its layer
+  table in `training/results/bench-cpu.md`: 1.98x faster at 16x16 tokens,
+  2.87x at 32x32, 8.71x at 64x64, forward + backward on a 2-core CPU).
+- GPU/TPU: the dense contraction is one large matmul on the tensor cores,
+  while the separable passes are 2 x heads small matmuls with reshapes between
+  them, bound by launches and memory traffic. On an H100 (JAX, batch 100,
+  mixed_bfloat16, the paper's 16x16 tokens) a quadratic model took 17.1 ms
+  per training step on the dense path and 24.6 ms on the separable one. The
+  dense path is therefore used on accelerators up to `ACCELERATOR_DENSE_MAX_TOKENS`
+  tokens, where its ``(heads, T, T)`` probabilities are still small
+  (9 x 1024 x 1024 floats = 36 MiB); beyond it the separable FLOP savings
+  (``T / (H + W)``, 16x at 32x32) win. `attnconv bench --suite gpu` reports
+  both paths of the quadratic model so that the rule can be checked on a device.
+"""
+
+import functools
+
+import keras
+
+# The largest grid (H*W tokens) for which accelerators take the dense position path.
+ACCELERATOR_DENSE_MAX_TOKENS = 1024
+PLATFORMS = ("cpu", "gpu", "tpu")
+
+
+@functools.lru_cache(maxsize=None)
+def default_platform():
+    """``"cpu"``, ``"gpu"`` or ``"tpu"``: where the current Keras backend places computations by default."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() if jax.default_backend() in PLATFORMS else "cpu"
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        for platform in ("tpu", "gpu"):
+            if tf.config.list_logical_devices(platform.upper()):
+                return platform
+        return "cpu"
+    if backend == "torch":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    return "cpu"
+
+
+def prefers_separable(height, width, platform=None):
+    """Whether separable row/column passes beat the dense position contraction on `platform` (default: this one)."""
+    platform = platform or default_platform()
+    if platform not in PLATFORMS:
+        raise ValueError(f"`platform` must be one of {PLATFORMS}. Received: platform={platform!r}")
+    fewer_flops = height + width < height * width
+    if platform == "cpu":
+        return fewer_flops
+    return fewer_flops and height * width > ACCELERATOR_DENSE_MAX_TOKENS

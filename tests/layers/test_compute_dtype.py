@@ -1,0 +1,79 @@
+"""Under mixed precision the per-example tensors stay in the compute dtype (issue: no float32 round trips).
+
+Scores and softmax are float32 by design; what must not happen is a float32
+copy of a (batch, tokens, heads, channels) tensor, or a contraction over keys
+carried out in float32. Both are read off the traced graph of the layer.
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv.layers import RelativeMultiHeadAttention
+
+BATCH, HEIGHT, WIDTH, CHANNELS, HEADS = 3, 4, 5, 8, 2
+
+
+def traced_ops(layer, x):
+    """(kind, input shapes, input dtypes, output dtype) of every cast and product in the traced call."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        found = []
+
+        def visit(jaxpr):
+            for eqn in jaxpr.eqns:
+                kind = {"convert_element_type": "cast", "dot_general": "product"}.get(eqn.primitive.name)
+                if kind:
+                    found.append((kind, [tuple(v.aval.shape) for v in eqn.invars],
+                                  [str(v.aval.dtype) for v in eqn.invars], str(eqn.outvars[0].aval.dtype)))
+                for sub in jax.core.jaxprs_in_params(eqn.params):
+                    visit(sub)
+
+        visit(jax.make_jaxpr(lambda inputs: layer(inputs))(x).jaxpr)
+        return found
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        graph = tf.function(lambda inputs: layer(inputs)).get_concrete_function(tf.TensorSpec(x.shape)).graph
+        kinds = {"Cast": "cast", "Einsum": "product", "BatchMatMulV2": "product", "MatMul": "product"}
+        return [(kinds[op.type], [tuple(t.shape) for t in op.inputs], [t.dtype.name for t in op.inputs],
+                 op.outputs[0].dtype.name) for op in graph.get_operations() if op.type in kinds]
+    pytest.skip(f"graph inspection is written for JAX and TensorFlow, not {backend}")
+
+
+def is_per_token_per_head(shape):
+    return len(shape) == 4 and shape[:3] == (BATCH, HEIGHT * WIDTH, HEADS)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("score", ["quadratic", "learned", "gaussian", "siren"])
+def test_no_float32_copy_of_per_token_head_tensors_and_products_in_the_compute_dtype(score, policy):
+    layer = RelativeMultiHeadAttention(HEADS, position_score=score, use_content_content=True,
+                                       use_content_position=True, use_key_bias=True, key_dim=6,
+                                       position_key_projection=True, dtype=policy)
+    x = np.random.default_rng(0).normal(size=(BATCH, HEIGHT, WIDTH, CHANNELS)).astype("float32")
+    layer(x)  # build outside the trace
+    traced = traced_ops(layer, x)
+    upcasts = [shapes[0] for kind, shapes, _, out in traced
+               if kind == "cast" and out == "float32" and is_per_token_per_head(shapes[0])]
+    assert upcasts == []
+    per_example_products = [(shapes, dtypes) for kind, shapes, dtypes, _ in traced
+                            if kind == "product" and any(shape and shape[0] == BATCH for shape in shapes)]
+    assert per_example_products  # the trace did find the layer's contractions
+    compute_dtype = keras.DTypePolicy(policy).compute_dtype
+    for shapes, dtypes in per_example_products:
+        assert set(dtypes) == {compute_dtype}, (shapes, dtypes)
+
+
+@pytest.mark.parametrize("separable", [True, False], ids=["separable", "position"])
+def test_position_only_probabilities_are_applied_in_the_compute_dtype(separable):
+    layer = RelativeMultiHeadAttention(HEADS, position_score="quadratic", separable=separable,
+                                       dtype="mixed_bfloat16")
+    x = np.random.default_rng(0).normal(size=(BATCH, HEIGHT, WIDTH, CHANNELS)).astype("float32")
+    layer(x)
+    products = [dtypes for kind, _, dtypes, _ in traced_ops(layer, x) if kind == "product"]
+    assert products and all(set(dtypes) == {"bfloat16"} for dtypes in products)
+    assert ops.convert_to_numpy(ops.isfinite(layer(x))).all()
