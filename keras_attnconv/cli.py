@@ -109,11 +109,15 @@ def _convert(args):
 
 
 def _bench(args):
-    from keras_attnconv.bench import markdown_tables, run_benchmark
+    from keras_attnconv import bench
 
-    results = run_benchmark(quick=args.quick, output=args.output)
-    print(markdown_tables(results))
-    print(f"\nwrote {args.output} and {os.path.splitext(args.output)[0]}.md")
+    output = args.output or ("bench-gpu.json" if args.suite == "gpu" else "bench.json")
+    if args.suite == "gpu":
+        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
+        print(bench.gpu_markdown(results))
+    else:
+        print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
+    print(f"\nwrote {output} and {os.path.splitext(output)[0]}.md")
     return 0
 
 
@@ -186,9 +190,13 @@ def build_parser():
     converting.add_argument("--seed", type=int, default=0)
     converting.set_defaults(handler=_convert)
 
-    benchmarking = add("bench", help="benchmark the fast attention path and the models' steps")
-    benchmarking.add_argument("--quick", action="store_true", help="small shapes, under a minute")
-    benchmarking.add_argument("--output", default="bench.json", help="JSON output (a .md table is written beside)")
+    benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
+                              help="cpu: attention paths and steps vs ResNet-18 (default); gpu: the paper's models "
+                                   "at batch 100 in float32/mixed_bfloat16/mixed_float16 on the accelerator")
+    benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
+    benchmarking.add_argument("--output", default=None,
+                              help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
@@ -227,7 +235,9 @@ def main(argv=None):
     ``--debug`` shows the error's traceback and TensorFlow's logs instead.
     """
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.command_line = " ".join(["attnconv", *argv])  # recorded in results files
     _quiet_start_up(args.debug)
     if getattr(args, "handler", None) is None:
         parser.print_help()

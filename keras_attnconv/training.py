@@ -17,7 +17,6 @@ for serving is a separate step (`keras_attnconv.export`), which
 
 import contextlib
 import dataclasses
-import importlib.util
 import itertools
 import json
 import math
@@ -213,10 +212,19 @@ def _centre_tracking(model, run_dir):
     return [AttentionCentersHistory(run_dir / "centers_history.npz")]
 
 
+def _tensorflow_importable():
+    """Whether TensorFlow imports (an import, not a lookup: a package that is present but broken counts as absent)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _logging_callbacks(run_dir):
     """CSV history always; TensorBoard where TensorFlow (its writer) is installed."""
     callbacks = [keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True)]
-    if importlib.util.find_spec("tensorflow") is not None:
+    if _tensorflow_importable():
         callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0))
     return callbacks
 

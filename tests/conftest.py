@@ -43,3 +43,19 @@ def small_npz(tmp_path_factory):
     np.savez(path, x_train=x[:160, 12:20, 12:20], y_train=y[:160], x_test=x[160:200, 12:20, 12:20],
              y_test=y[160:200])
     return str(path)
+
+
+@pytest.fixture
+def jax_without_tensorflow(tmp_path):
+    """Environment variables for a subprocess on JAX where TensorFlow and TensorBoard cannot be imported.
+
+    As on the GPU machine: a package directory first on the path whose `tensorflow` and `tensorboard`
+    raise ModuleNotFoundError on import, as a missing package does.
+    """
+    pytest.importorskip("jax")
+    blocked = tmp_path / "without_tensorflow"
+    for name in ("tensorflow", "tensorboard"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
+    path = os.pathsep.join(filter(None, [str(blocked), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": path}

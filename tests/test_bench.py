@@ -1,18 +1,22 @@
-"""`attnconv bench --quick` runs and writes a well-formed JSON and table."""
+"""`attnconv bench --quick` (CPU suite) and `attnconv bench --suite gpu --quick` run and write well-formed results."""
 
 import json
+import subprocess
+import sys
 
 import keras
 
 from keras_attnconv import bench, cli
+from keras_attnconv.bench import cpu_suite, gpu_suite
+from keras_attnconv.layers.path_rule import prefers_separable
 
 
 def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch):
     # The user's global dtype policy: the benchmark measures in its own precisions, and leaves it as it was.
     keras.config.set_dtype_policy("mixed_bfloat16")
     built = []
-    build_model = bench.build_model
-    monkeypatch.setattr(bench, "build_model", lambda *a, **k: built.append(build_model(*a, **k)) or built[-1])
+    build_model = cpu_suite.build_model
+    monkeypatch.setattr(cpu_suite, "build_model", lambda *a, **k: built.append(build_model(*a, **k)) or built[-1])
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
@@ -30,3 +34,37 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     table = (tmp_path / "bench.md").read_text()
     assert "| tokens |" in table and "| model |" in table
     assert "speed-up" in capsys.readouterr().out
+
+
+def test_gpu_suite_covers_every_model_precision_and_both_quadratic_paths():
+    found = {(case["model"], case["precision"], case["path"]) for case in gpu_suite.cases(bench.GPU_FULL)}
+    precisions = ("float32", "mixed_bfloat16", "mixed_float16")
+    expected = {(model, precision, None) for model in ("gaussian", "learned", "learned_content", "resnet18")
+                for precision in precisions}
+    expected |= {("quadratic", precision, path) for path in ("separable", "position") for precision in precisions}
+    assert found == expected
+    assert bench.GPU_FULL["batch"] == 100 and bench.GPU_FULL["steps"] >= 20 and bench.GPU_FULL["fit_images"] >= 5000
+
+
+def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):
+    output = tmp_path / "gpu.json"
+    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", "gpu", "--quick", "--output",
+               str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=jax_without_tensorflow)
+    assert result.returncode == 0, result.stderr
+    results = json.loads(output.read_text())
+    assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
+    assert results["command"] == f"attnconv bench --suite gpu --quick --output {output}"
+    assert set(results["matmul_tflops"]) == {"float32", "bfloat16", "float16"}
+    rows = {(row["model"], row["path"]): row for row in results["rows"]}
+    assert set(rows) == {("quadratic_tiny", "separable"), ("quadratic_tiny", "position"), ("resnet_tiny", None)}
+    grid = bench.GPU_QUICK["image_size"] // 2  # the tiny model's 2x2 down-sampling
+    auto = "separable" if prefers_separable(grid, grid, "cpu") else "position"
+    assert {row["auto_path"] for row in results["rows"] if row["model"] == "quadratic_tiny"} == {auto}
+    for row in results["rows"]:
+        assert row["precision"] == "mixed_float16" and row["finite_loss"]
+        assert row["step_ms"] > 0 and row["fit_images_per_second"] > 0 and row["compile_seconds"] > 0
+        assert row["peak_memory_mib"] > 0 and row["achieved_tflops"] > 0 and row["fraction_of_matmul"] > 0
+    table = (tmp_path / "gpu.md").read_text()
+    assert "| model | path | precision |" in table and f"{auto} (auto)" in table
+    assert "fit images/s" in result.stdout

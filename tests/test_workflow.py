@@ -43,18 +43,17 @@ def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tm
     assert workflow.unexported_run(config) is None
 
 
-def test_on_another_backend_the_run_trains_and_says_how_to_export_later(small_npz, tmp_path):
-    # Training runs on every backend; a SavedModel needs TensorFlow's. JAX is in the dev extra.
-    pytest.importorskip("jax")
-    import os
+def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(small_npz, tmp_path,
+                                                                                jax_without_tensorflow):
+    # Training runs on every backend, and without TensorFlow or TensorBoard installed (the GPU machine);
+    # a SavedModel needs TensorFlow's.
     import subprocess
     import sys
 
     command = [sys.executable, "-m", "keras_attnconv.cli", "train", "--model", "quadratic_tiny", "--model-overrides",
                "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1",
                "--batch-size", "40", "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "saved")]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "KERAS_BACKEND": "jax"})
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=jax_without_tensorflow)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout[result.stdout.index("{\n"):])  # after the epoch lines
     assert summary["optimizer_steps"] == 4 and summary["export"] is None

@@ -1,4 +1,4 @@
-"""Benchmarks behind `attnconv bench`: everything measured side by side in one run.
+"""The CPU suite of `attnconv bench` (the default): everything measured side by side in one run.
 
 (a) the attention layer, forward + backward, separable fast path vs the
     general eq. (8) path, at growing token grids: time ratio, peak memory of
@@ -14,16 +14,12 @@ absolute numbers, and only between rows of the same run.
 
 import json
 import os
-import resource
-import statistics
-import subprocess
-import sys
-import time
 
 import keras
 import numpy as np
 from keras import ops
 
+from keras_attnconv.bench.measure import interleaved, matmul_step, process_peak_rise_mib, run_in_workers
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
@@ -36,28 +32,6 @@ QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats"
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512}
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
-
-
-def _interleaved(steps, repeats):
-    """Median seconds of each of `steps` (name -> callable), measured in turns.
-
-    Each step is called once first (that call compiles; its time is returned
-    too), then all steps run one after the other, `repeats` rounds: a
-    machine that slows down or speeds up mid-run affects every step alike, so
-    the ratios between them hold even when absolute times drift.
-    """
-    times = {name: [] for name in steps}
-    compile_seconds = {}
-    for name, step in steps.items():
-        start = time.perf_counter()
-        step()
-        compile_seconds[name] = time.perf_counter() - start
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}, compile_seconds
 
 
 def _layer_model(size, hidden, heads, separable):
@@ -78,62 +52,16 @@ def _layer_step(size, hidden, heads, batch, separable, seed=0):
     return model, lambda: model.train_on_batch(x, y)
 
 
-def _memory_kib(field):
-    """VmRSS / VmHWM (peak) of this process in KiB, from /proc (Linux)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(field)
-
-
-def _reset_peak_memory():
-    """Resets VmHWM to the current RSS (Linux 4.0+); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def layer_memory(size, hidden, heads, batch, separable, seed=0):
     """Peak memory (MiB) of the layer's forward + backward step, and the path it took.
 
     Peak memory is the rise of the process' resident set during two steps
     after compilation (Linux); elsewhere, during compilation and steps. Run
-    in a fresh process (`_in_workers`) so that the peak is this case's own.
+    in a fresh process (`run_in_workers`) so that the peak is this case's own.
     """
     model, step = _layer_step(size, hidden, heads, batch, separable, seed)
     step()
-    if _reset_peak_memory():
-        baseline = _memory_kib("VmRSS")
-        step(), step()
-        peak_kib = _memory_kib("VmHWM") - baseline
-    else:
-        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        step(), step()
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline
-    return {"peak_memory_mib": peak_kib / 1024, "mode": model.get_layer("attention").attention_mode}
-
-
-def _in_workers(cases):
-    """Runs `layer_memory` for each case in its own fresh interpreter, all at once.
-
-    One process per case so that each peak is that case's own; concurrently
-    because memory, unlike time, does not depend on sharing the CPU.
-    """
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    workers = [subprocess.Popen([sys.executable, "-m", "keras_attnconv.bench", "--worker", json.dumps(case)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-               for case in cases]
-    results = []
-    for case, worker in zip(cases, workers):
-        stdout, stderr = worker.communicate()
-        if worker.returncode != 0:
-            raise RuntimeError(f"benchmark worker failed for {case}:\n{stderr[-2000:]}")
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
-    return results
+    return {"peak_memory_mib": process_peak_rise_mib(step), "mode": model.get_layer("attention").attention_mode}
 
 
 def _max_difference(size, hidden, heads, seed=0):
@@ -150,12 +78,15 @@ def _max_difference(size, hidden, heads, seed=0):
 
 def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, **_):
     shapes = [{"size": size, "hidden": hidden, "heads": heads, "batch": layer_batch} for size in sizes]
-    memory = iter(_in_workers([{**shape, "separable": separable} for shape in shapes for separable in (True, False)]))
+    # Memory, unlike time, does not depend on sharing the CPU: the workers run at once.
+    memory = iter(run_in_workers("layer-memory", [{**shape, "separable": separable}
+                                                  for shape in shapes for separable in (True, False)],
+                                 concurrently=True))
     rows = []
     for shape in shapes:
         fast_memory, general_memory = next(memory), next(memory)
         steps = {path: _layer_step(**shape, separable=path == "fast")[1] for path in ("fast", "general")}
-        seconds, _ = _interleaved(steps, repeats)
+        seconds, _ = interleaved(steps, repeats)
         size = shape["size"]
         rows.append({
             "tokens": f"{size}x{size}",
@@ -168,12 +99,6 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, **_):
             "fast_mode": fast_memory["mode"],
         })
     return rows
-
-
-def _matmul_step(n):
-    """An n x n float32 matmul (2 n^3 FLOPs), the machine's reference rate."""
-    a = ops.convert_to_tensor(np.random.default_rng(0).normal(size=(n, n)).astype("float32"))
-    return lambda: ops.convert_to_numpy(ops.matmul(a, a)[0, 0])
 
 
 def _model_step(name, model_batch, precision):
@@ -191,7 +116,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
     for precision in precisions:
         built = {name: _model_step(name, model_batch, precision) for name in models}
         steps = {name: step for name, (_, step) in built.items()}
-        seconds, compile_seconds = _interleaved({**steps, "matmul": _matmul_step(matmul)}, repeats)
+        seconds, compile_seconds = interleaved({**steps, "matmul": matmul_step(matmul, "float32")}, repeats)
         reference = 2 * matmul**3 / seconds["matmul"] / 1e9
         for name, (model, _) in built.items():
             # Forward + backward ~ 3x the forward pass.
@@ -250,7 +175,3 @@ def markdown_tables(results):
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {ratio:.2f}x |")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
-        print(json.dumps(layer_memory(**json.loads(sys.argv[2]))))

@@ -1,0 +1,19 @@
+"""Benchmarks behind `attnconv bench`, everything measured side by side in one run.
+
+- `run_benchmark` (the CPU suite, `cpu_suite`): the attention layer's
+  separable vs general paths, and the models' training steps against
+  ResNet-18 and a matmul.
+- `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
+  paper's models at batch 100 in three precisions on an accelerator: step
+  time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
+
+`measure` holds how things are measured (time in turns, peak memory, a fresh
+worker process per case). Only `keras.ops` and NumPy are used: the suites
+run on any backend, and without TensorFlow.
+"""
+
+from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark
+from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
+
+__all__ = ["FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "gpu_markdown", "markdown_tables", "run_benchmark",
+           "run_gpu_benchmark"]

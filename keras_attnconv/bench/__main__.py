@@ -1,0 +1,13 @@
+"""Worker entry point: `python -m keras_attnconv.bench KIND CASE_JSON` prints one case's result as JSON."""
+
+import json
+import sys
+
+from keras_attnconv.bench.cpu_suite import layer_memory
+from keras_attnconv.bench.gpu_suite import measure_case, measure_references
+
+WORKERS = {"layer-memory": layer_memory, "gpu-case": measure_case, "gpu-references": measure_references}
+
+if __name__ == "__main__":
+    kind, case = sys.argv[1:3]
+    print(json.dumps(WORKERS[kind](**json.loads(case))))
