@@ -37,7 +37,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
 
 
 def test_gpu_suite_covers_every_model_precision_and_both_quadratic_paths():
-    found = {(case["model"], case["precision"], case["path"]) for case in gpu_suite.cases(bench.GPU_FULL)}
+    found = {(case["model"], case["precision"], case["forced_path"]) for case in gpu_suite.cases(bench.GPU_FULL)}
     precisions = ("float32", "mixed_bfloat16", "mixed_float16")
     expected = {(model, precision, None) for model in ("gaussian", "learned", "learned_content", "resnet18")
                 for precision in precisions}
@@ -68,3 +68,39 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     table = (tmp_path / "gpu.md").read_text()
     assert "| model | path | precision |" in table and f"{auto} (auto)" in table
     assert "fit images/s" in result.stdout
+
+
+def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch):
+    # A run cut off by a time limit keeps its finished cases; the same command finishes the table.
+    measured = []
+
+    def fake_workers(kind, cases, concurrently):
+        if kind == "gpu-references":
+            measured.append("references")
+            return [{"device": {"device": "fake", "backend": "jax"}, "matmul_tflops": dict.fromkeys(
+                ("float32", "bfloat16", "float16"), 1.0)}]
+        (case,) = cases
+        if len(measured) == 3 and "crash" not in measured:
+            measured.append("crash")
+            raise RuntimeError("time limit")
+        measured.append(gpu_suite._case_key(case))
+        return [{**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": case["forced_path"],
+                 "auto_path": None, "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0,
+                 "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5}]
+
+    monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
+    output = tmp_path / "gpu.json"
+    all_cases = [gpu_suite._case_key(case) for case in gpu_suite.cases(bench.GPU_FULL)]
+    try:
+        bench.run_gpu_benchmark(output=str(output))
+    except RuntimeError:
+        pass
+    assert [gpu_suite._case_key(row) for row in json.loads(output.read_text())["rows"]] == all_cases[:2]
+    results = bench.run_gpu_benchmark(output=str(output))
+    assert measured.count("references") == 1 and len(measured) == 1 + 1 + len(all_cases)  # no case twice
+    assert [gpu_suite._case_key(row) for row in results["rows"]] == all_cases
+    assert all(row["fraction_of_matmul"] == 0.5 for row in results["rows"])
+    # Other settings start over instead of mixing two runs in one table.
+    bench.run_gpu_benchmark(output=str(output), batch=50)
+    assert measured.count("references") == 2
+    assert json.loads(output.read_text())["settings"]["batch"] == 50

@@ -40,6 +40,7 @@ from keras_attnconv.bench.measure import (
 )
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
+from keras_attnconv.utils import write_atomically, write_json
 
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
             "precisions": ("float32", "mixed_bfloat16", "mixed_float16"), "paths_of": "quadratic",
@@ -71,11 +72,11 @@ def _attention_path(model):
     return None
 
 
-def _build(model, precision, image_size, path=None):
+def _build(model, precision, image_size, forced_path=None):
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
     auto_path = _attention_path(built)
-    if path is not None:
-        built = _with_attention_path(built, PATHS[path])
+    if forced_path is not None:
+        built = _with_attention_path(built, PATHS[forced_path])
     built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     return built, auto_path
@@ -95,10 +96,10 @@ class _EpochTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_images, path=None, **_):
+def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_images, forced_path=None, **_):
     """One model in one precision (on one forced attention path): times, throughput, memory. A worker's job."""
     keras.utils.set_random_seed(0)
-    built, auto_path = _build(model, precision, image_size, path)
+    built, auto_path = _build(model, precision, image_size, forced_path)
     rng = np.random.default_rng(0)
     x = ops.convert_to_tensor(rng.normal(size=(batch, image_size, image_size, 3)).astype("float32"))
     y = ops.convert_to_tensor((np.arange(batch) % 10).astype("int32"))
@@ -118,7 +119,8 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
     peak_mib, memory_source = device_peak_memory()
     flops_per_step = 3 * count_flops(built).total * batch  # forward + backward ~ 3x the forward pass
     return {
-        "model": model, "precision": precision, "path": _attention_path(built), "auto_path": auto_path,
+        "model": model, "precision": precision, "forced_path": forced_path, "path": _attention_path(built),
+        "auto_path": auto_path,
         "batch": batch, "compile_seconds": compile_seconds["step"], "step_ms": 1e3 * step_seconds,
         "steps_timed": steps,
         "fit_images_per_second": fit_images / timer.seconds[-1], "fit_images": fit_images,
@@ -141,25 +143,57 @@ def cases(settings):
     for precision in settings["precisions"]:
         for model in settings["models"]:
             paths = list(PATHS) if model == settings["paths_of"] else [None]
-            found += [{**settings, "model": model, "precision": precision, "path": path} for path in paths]
+            found += [{**settings, "model": model, "precision": precision, "forced_path": path} for path in paths]
     return found
 
 
+def _case_key(case):
+    """What a case is (a row of the results carries the same fields as the case it measured)."""
+    return case["model"], case["precision"], case["forced_path"]
+
+
+def _previous_results(output, settings):
+    """The results already in `output` from a run with the same settings (to go on from), else None."""
+    try:
+        with open(output) as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return previous if previous.get("settings") == settings else None
+
+
 def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **overrides):
-    """Runs the GPU suite (one worker per case, one at a time); writes JSON and a markdown table beside it."""
-    settings = {**(GPU_QUICK if quick else GPU_FULL), **overrides}
-    references = run_in_workers("gpu-references", [settings], concurrently=False)[0]
-    rows = run_in_workers("gpu-case", cases(settings), concurrently=False)
-    for row in rows:
+    """Runs the GPU suite (one worker per case, one at a time); writes JSON and a markdown table beside it.
+
+    The results are written after every case, and a run goes on from the
+    cases already in `output` when their settings are the same: the same
+    command run again after a time limit or a crash finishes the table
+    instead of starting over. The reference matmul rates are the first
+    invocation's, measured on the same device.
+    """
+    settings = {k: list(v) if isinstance(v, tuple) else v
+                for k, v in {**(GPU_QUICK if quick else GPU_FULL), **overrides}.items()}
+    results = _previous_results(output, settings)
+    if results is None:
+        references = run_in_workers("gpu-references", [settings], concurrently=False)[0]
+        results = {"command": command, "device": references["device"],
+                   "matmul_tflops": references["matmul_tflops"], "settings": settings, "rows": []}
+    done = {_case_key(row) for row in results["rows"]}
+    for case in cases(settings):
+        if _case_key(case) in done:
+            continue
+        row = run_in_workers("gpu-case", [case], concurrently=False)[0]
         compute_dtype = keras.DTypePolicy(row["precision"]).compute_dtype
-        row["fraction_of_matmul"] = row["achieved_tflops"] / references["matmul_tflops"][compute_dtype]
-    results = {"command": command, "device": references["device"], "matmul_tflops": references["matmul_tflops"],
-               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}, "rows": rows}
-    with open(output, "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.splitext(output)[0] + ".md", "w") as f:
-        f.write(gpu_markdown(results) + "\n")
+        row["fraction_of_matmul"] = row["achieved_tflops"] / results["matmul_tflops"][compute_dtype]
+        results["rows"].append(row)
+        _write(results, output)
+    _write(results, output)
     return results
+
+
+def _write(results, output):
+    write_json(output, results)
+    write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(gpu_markdown(results) + "\n"))
 
 
 def gpu_markdown(results):
