@@ -111,8 +111,13 @@ def _convert(args):
 def _bench(args):
     from keras_attnconv import bench
 
-    output = args.output or ("bench-gpu.json" if args.suite == "gpu" else "bench.json")
-    if args.suite == "gpu":
+    output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json"}[args.suite]
+    if args.suite == "numerics":
+        results = bench.run_numerics(quick=args.quick, output=output, command=args.command_line)
+        print(bench.numerics_markdown(results))
+        if not results["ok"]:
+            raise RuntimeError(f"a numerics check failed: see {output}")
+    elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
     else:
@@ -191,12 +196,14 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu"), default="cpu",
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics"), default="cpu",
                               help="cpu: attention paths and steps vs ResNet-18 (default); gpu: the paper's models "
-                                   "at batch 100 in float32/mixed_bfloat16/mixed_float16 on the accelerator")
+                                   "at batch 100 in float32/mixed_bfloat16/mixed_float16 on the accelerator; "
+                                   "numerics: training, far centres and large grids in the three precisions")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
-                              help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json)")
+                              help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "
+                                   "numerics.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")

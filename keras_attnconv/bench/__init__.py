@@ -6,6 +6,8 @@
 - `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
+- `run_numerics` (`attnconv bench --suite numerics`, `numerics`): training,
+  far centres and large grids in float32, mixed_bfloat16 and mixed_float16.
 
 `measure` holds how things are measured (time in turns, peak memory, a fresh
 worker process per case). Only `keras.ops` and NumPy are used: the suites
@@ -14,6 +16,7 @@ run on any backend, and without TensorFlow.
 
 from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
+from keras_attnconv.bench.numerics import NUMERICS_FULL, NUMERICS_QUICK, numerics_markdown, run_numerics
 
-__all__ = ["FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "gpu_markdown", "markdown_tables", "run_benchmark",
-           "run_gpu_benchmark"]
+__all__ = ["FULL", "GPU_FULL", "GPU_QUICK", "NUMERICS_FULL", "NUMERICS_QUICK", "QUICK", "gpu_markdown",
+           "markdown_tables", "numerics_markdown", "run_benchmark", "run_gpu_benchmark", "run_numerics"]
