@@ -15,7 +15,8 @@ from keras_attnconv.utils import machine, write_atomically, write_json
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
-             "quadratic_span_tiny", "learned_span_tiny", "absolute_learned_tiny", "absolute_sinusoid_tiny")
+             "quadratic_span_tiny", "learned_span_tiny", "absolute_learned_tiny", "absolute_sinusoid_tiny",
+             "learned_content_local_tiny", "absolute_learned_local_tiny", "quadratic_span_local_tiny")
 
 
 def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides):

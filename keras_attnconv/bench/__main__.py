@@ -3,10 +3,11 @@
 import json
 import sys
 
-from keras_attnconv.bench.cpu_suite import layer_memory
+from keras_attnconv.bench.cpu_suite import layer_memory, model_memory
 from keras_attnconv.bench.gpu_suite import measure_case, measure_references
 
-WORKERS = {"layer-memory": layer_memory, "gpu-case": measure_case, "gpu-references": measure_references}
+WORKERS = {"layer-memory": layer_memory, "model-memory": model_memory, "gpu-case": measure_case,
+           "gpu-references": measure_references}
 
 if __name__ == "__main__":
     kind, case = sys.argv[1:3]

@@ -1,108 +1,153 @@
 """The CPU suite of `attnconv bench` (the default): everything measured side by side in one run.
 
-(a) the attention layer, forward + backward, separable fast path vs the
-    general eq. (8) path, at growing token grids: time ratio, peak memory of
-    each (measured in a fresh worker process per case), max abs difference;
+(a) the attention layer, forward + backward, at growing token grids, each
+    fast path against its baseline (`LAYER_COMPARISONS`: the separable passes
+    vs the general eq. (8) path; a 7x7 neighbourhood vs global content
+    attention): time ratio, peak memory of each (measured in a fresh worker
+    process per case), max abs difference to what the fast path must equal;
 (b) training-step throughput of the paper's models against ResNet-18;
 (c) each step's achieved GFLOP/s as a fraction of a large matmul's, measured
-    in the same run.
+    in the same run;
+(d) the peak memory of training local and global models on large images.
 
 Only `keras`, `keras.ops` and NumPy are used, so the benchmark runs on any
 backend. Times on a shared machine are noisy: compare the ratios, not the
 absolute numbers, and only between rows of the same run.
 """
 
-import json
 import os
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.bench.measure import interleaved, matmul_step, process_peak_rise_mib, run_in_workers
+from keras_attnconv.bench.measure import (
+    device_peak_memory,
+    interleaved,
+    matmul_step,
+    process_peak_rise_mib,
+    run_in_workers,
+)
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
-from keras_attnconv.utils import machine
+from keras_attnconv.utils import machine, write_atomically, write_json
 
+_CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
+# Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
+LAYER_COMPARISONS = {
+    # Position-only quadratic heads: row and column passes vs the (heads, T, T) contraction (the same function).
+    "separable": {"fast": {"position_score": "quadratic", "separable": True},
+                  "baseline": {"position_score": "quadratic", "separable": False},
+                  "reference": {"position_score": "quadratic", "separable": False}},
+    # Content attention (the paper's key_dim = hidden): a 7x7 neighbourhood vs global attention; its outputs
+    # equal global attention with the window as an explicit mask.
+    "window7": {"fast": {**_CONTENT, "window": 7, "windowed": True},
+                "baseline": _CONTENT,
+                "reference": {**_CONTENT, "window": 7, "windowed": False}},
+}
 FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "repeats": 5,
-        "models": ("quadratic", "learned", "learned_content", "resnet18"),
-        "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048}
+        "comparisons": ("separable", "window7"),
+        "models": ("quadratic", "learned", "learned_content", "learned_content_local", "resnet18"),
+        "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048,
+        "memory_models": ("learned_content_local", "learned_content"), "memory_image_size": 64, "memory_batch": 8}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
-         "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512}
+         "comparisons": ("separable", "window7"),
+         "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
+         "memory_models": ("learned_content_local_tiny", "learned_content_tiny"), "memory_image_size": 16,
+         "memory_batch": 2}
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
 
 
-def _layer_model(size, hidden, heads, separable):
-    inputs = keras.Input((size, size, hidden))
-    attention = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=separable,
-                                           dtype=LAYER_DTYPE, name="attention")
-    model = keras.Model(inputs, attention(inputs))
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=True)
-    return model
+def _layer(heads, layer, **kwargs):
+    return RelativeMultiHeadAttention(heads, **layer, dtype=LAYER_DTYPE, **kwargs)
 
 
-def _layer_step(size, hidden, heads, batch, separable, seed=0):
+def _layer_step(size, hidden, heads, batch, layer, seed=0):
     """(model, forward + backward step) of one attention layer: a training step with a zero learning rate."""
     keras.utils.set_random_seed(seed)
-    model = _layer_model(size, hidden, heads, separable)
+    inputs = keras.Input((size, size, hidden))
+    model = keras.Model(inputs, _layer(heads, layer, name="attention")(inputs))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse", jit_compile=True)
     x = np.random.default_rng(seed).normal(size=(batch, size, size, hidden)).astype("float32")
     y = np.zeros_like(x)
     return model, lambda: model.train_on_batch(x, y)
 
 
-def layer_memory(size, hidden, heads, batch, separable, seed=0):
+def layer_memory(size, hidden, heads, batch, layer, seed=0):
     """Peak memory (MiB) of the layer's forward + backward step, and the path it took.
 
     Peak memory is the rise of the process' resident set during two steps
     after compilation (Linux); elsewhere, during compilation and steps. Run
     in a fresh process (`run_in_workers`) so that the peak is this case's own.
     """
-    model, step = _layer_step(size, hidden, heads, batch, separable, seed)
+    model, step = _layer_step(size, hidden, heads, batch, layer, seed)
     step()
     return {"peak_memory_mib": process_peak_rise_mib(step), "mode": model.get_layer("attention").attention_mode}
 
 
-def _max_difference(size, hidden, heads, seed=0):
-    """Max |fast - general| of the layer outputs for the same weights and input (batch 1)."""
+def _max_difference(size, hidden, heads, fast, reference, seed=0):
+    """Max |fast - reference| of the layer outputs for the same weights and input (batch 1)."""
     keras.utils.set_random_seed(seed)
-    fast = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=True, dtype=LAYER_DTYPE)
-    general = RelativeMultiHeadAttention(heads, position_score="quadratic", separable=False, dtype=LAYER_DTYPE)
+    layers = _layer(heads, fast), _layer(heads, reference)
     x = np.random.default_rng(seed).normal(size=(1, size, size, hidden)).astype("float32")
-    fast.build(x.shape)
-    general.build(x.shape)
-    general.set_weights(fast.get_weights())
-    return float(np.abs(ops.convert_to_numpy(fast(x)) - ops.convert_to_numpy(general(x))).max())
+    for layer in layers:
+        layer.build(x.shape)
+    layers[1].set_weights(layers[0].get_weights())
+    outputs = [ops.convert_to_numpy(layer(x)) for layer in layers]
+    return float(np.abs(outputs[0] - outputs[1]).max())
 
 
-def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, **_):
+def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_):
+    """Each comparison's fast path against its baseline at each grid size: time, peak memory, exactness."""
     shapes = [{"size": size, "hidden": hidden, "heads": heads, "batch": layer_batch} for size in sizes]
-    # Memory, unlike time, does not depend on sharing the CPU: the workers run at once.
-    memory = iter(run_in_workers("layer-memory", [{**shape, "separable": separable}
-                                                  for shape in shapes for separable in (True, False)],
-                                 concurrently=True))
+    pairs = [(name, shape) for name in comparisons for shape in shapes]
+    # Memory, unlike time, does not depend on sharing the CPU: the workers run at once, two by two.
+    memory = []
+    for name, shape in pairs:
+        memory += run_in_workers("layer-memory", [{**shape, "layer": LAYER_COMPARISONS[name][path]}
+                                                  for path in ("fast", "baseline")], concurrently=True)
+    memory = iter(memory)
     rows = []
-    for shape in shapes:
-        fast_memory, general_memory = next(memory), next(memory)
-        steps = {path: _layer_step(**shape, separable=path == "fast")[1] for path in ("fast", "general")}
+    for name, shape in pairs:
+        comparison = LAYER_COMPARISONS[name]
+        fast_memory, baseline_memory = next(memory), next(memory)
+        steps = {path: _layer_step(**shape, layer=comparison[path])[1] for path in ("fast", "baseline")}
         seconds, _ = interleaved(steps, repeats)
         size = shape["size"]
         rows.append({
+            "comparison": name,
             "tokens": f"{size}x{size}",
             "fast_ms": 1e3 * seconds["fast"],
-            "general_ms": 1e3 * seconds["general"],
-            "speedup": seconds["general"] / seconds["fast"],
+            "baseline_ms": 1e3 * seconds["baseline"],
+            "speedup": seconds["baseline"] / seconds["fast"],
             "fast_peak_mib": fast_memory["peak_memory_mib"],
-            "general_peak_mib": general_memory["peak_memory_mib"],
-            "max_abs_difference": _max_difference(size, hidden, heads),
+            "baseline_peak_mib": baseline_memory["peak_memory_mib"],
+            "max_abs_difference": _max_difference(size, hidden, heads, comparison["fast"], comparison["reference"]),
             "fast_mode": fast_memory["mode"],
+            "baseline_mode": baseline_memory["mode"],
         })
     return rows
 
 
-def _model_step(name, model_batch, precision):
-    model = build_model(name, seed=0, dtype=precision)
+def model_memory(name, image_size, batch, steps=3):
+    """Peak resident memory (MiB, the whole process, compilation included) of a model training `steps` steps."""
+    model, step = _model_step(name, batch, "float32", image_size=image_size)
+    for _ in range(steps):
+        step()
+    peak_mib, _ = device_peak_memory()
+    return {"model": name, "image_size": image_size, "batch": batch, "steps": steps, "peak_memory_mib": peak_mib}
+
+
+def model_memory_benchmark(memory_models, memory_image_size, memory_batch, **_):
+    """`model_memory` of each model, each in its own worker process."""
+    return run_in_workers("model-memory", [{"name": name, "image_size": memory_image_size, "batch": memory_batch}
+                                           for name in memory_models], concurrently=False)
+
+
+def _model_step(name, model_batch, precision, image_size=32):
+    model = build_model(name, seed=0, dtype=precision, image_size=image_size)
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     x = np.random.default_rng(0).normal(size=(model_batch, *model.input_shape[1:])).astype("float32")
@@ -129,20 +174,25 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
 
 
 def run_benchmark(quick=False, output="bench.json", **overrides):
-    """Runs (a), (b), (c); writes JSON to `output` and a markdown table beside it; returns the results."""
+    """Runs (a), (b), (c), (d); writes JSON to `output` and markdown tables beside it; returns the results."""
     settings = {**(QUICK if quick else FULL), **overrides}
     results = {
         "machine": machine(),
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
         "layer": layer_benchmark(**settings),
         "models": model_step_benchmark(**settings),
+        "model_memory": model_memory_benchmark(**settings),
     }
-    with open(output, "w") as f:
-        json.dump(results, f, indent=2)
-    markdown = markdown_tables(results)
-    with open(os.path.splitext(output)[0] + ".md", "w") as f:
-        f.write(markdown + "\n")
+    write_json(output, results)
+    write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(markdown_tables(results) + "\n"))
     return results
+
+
+_COMPARISON_TITLES = {
+    "separable": "quadratic position-only heads, separable row/column passes vs the general (heads, T, T) path",
+    "window7": "content attention (key_dim = hidden), 7x7 neighbourhood vs global attention; difference against "
+               "global attention with the window as a mask",
+}
 
 
 def markdown_tables(results):
@@ -151,17 +201,24 @@ def markdown_tables(results):
     lines = [
         f"Machine: {m['processor']}, {m['cpus']} CPUs, Keras {m['keras']} on {m['backend']}. "
         f"Medians of {settings['repeats']} rounds; in each round the compared steps run one after the other.",
-        "",
-        f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}, batch {settings['layer_batch']}), "
-        "forward + backward, XLA:",
-        "",
-        "| tokens | fast (separable) ms | general ms | speed-up | fast peak MiB | general peak MiB | max abs diff |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for row in results["layer"]:
-        lines.append(f"| {row['tokens']} | {row['fast_ms']:.1f} | {row['general_ms']:.1f} | {row['speedup']:.2f}x "
-                     f"| {row['fast_peak_mib']:.0f} | {row['general_peak_mib']:.0f} "
-                     f"| {row['max_abs_difference']:.1e} |")
+    for name in settings["comparisons"]:
+        lines += [
+            "",
+            f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}, "
+            f"batch {settings['layer_batch']}), forward + backward, XLA: {_COMPARISON_TITLES[name]}.",
+            "",
+            "| tokens | fast path | fast ms | baseline ms | speed-up | fast peak MiB | baseline peak MiB "
+            "| memory ratio | max abs diff |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in results["layer"]:
+            if row["comparison"] == name:
+                lines.append(f"| {row['tokens']} | {row['fast_mode']} | {row['fast_ms']:.1f} "
+                             f"| {row['baseline_ms']:.1f} "
+                             f"| {row['speedup']:.2f}x | {row['fast_peak_mib']:.0f} | {row['baseline_peak_mib']:.0f} "
+                             f"| {row['baseline_peak_mib'] / max(row['fast_peak_mib'], 1e-9):.1f}x "
+                             f"| {row['max_abs_difference']:.1e} |")
     matmul = settings["matmul"]
     lines += ["", f"Training step (batch {settings['model_batch']}, XLA), in turns with a {matmul}x{matmul} "
               "float32 matmul (the reference rate):", "",
@@ -173,5 +230,8 @@ def markdown_tables(results):
         lines.append(f"| `{row['model']}` | {row['precision']} | {row['step_ms']:.0f} "
                      f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} | {row['matmul_gflops']:.1f} "
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {ratio:.2f}x |")
+    lines += ["", f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
+              f"(batch {settings['memory_batch']}, float32, XLA): peak resident memory of the whole process, "
+              "compilation included:", "", "| model | peak MiB |", "|---|---|"]
+    lines += [f"| `{row['model']}` | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
     return "\n".join(lines)
-

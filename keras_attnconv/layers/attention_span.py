@@ -17,6 +17,11 @@ them the average weight instead of removing them.) Working with ``log g``
 keeps a collapsing span finite: ``sigma >= min_sigma`` bounds ``log g`` and
 its gradients, and the key closest to a head's centre is never masked, so no
 query is left without keys (no NaN from a softmax over nothing).
+
+A static ``max_window`` bounds the span's reach: keys outside the window (a
+NATTEN neighbourhood, `keras_attnconv.layers.neighbourhood`) are masked too,
+and the attention then runs on its windowed path, whose cost grows with the
+window, not with the map.
 """
 
 import math
@@ -25,6 +30,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_pair
 from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int
@@ -50,6 +56,13 @@ class AttentionSpan(keras.layers.Layer):
             exactly zero probability; None keeps the soft modulation only.
             With the default 0.1 the span is ``|delta - mu| <= 2.15 sigma``.
         min_sigma: float > 0, floor of the learned standard deviations.
+        max_window: None, or the largest window the span may cover: an odd int
+            or an (odd, odd) pair (rows, columns) for ``span_dims=2``, an odd
+            int (tokens) for ``span_dims=1``. Keys outside it get zero
+            probability, whatever sigma is learned; the key of largest ``g``
+            inside it is always kept. The attention then runs on its windowed
+            path (`RelativeMultiHeadAttention`'s ``window``), in
+            ``O(tokens * window)`` instead of ``O(tokens^2)``.
 
     Call arguments:
         inputs: the feature map (batch, H, W, C); only its static shape is used.
@@ -65,7 +78,8 @@ class AttentionSpan(keras.layers.Layer):
     (4, 64, 64)
     """
 
-    def __init__(self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, **kwargs):
+    def __init__(self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, max_window=None,
+                 **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
@@ -84,11 +98,25 @@ class AttentionSpan(keras.layers.Layer):
         self.initial_sigma = float(initial_sigma)
         self.threshold = None if threshold is None else float(threshold)
         self.min_sigma = float(min_sigma)
+        self.max_window = None if max_window is None else window_pair("max_window", max_window, self.span_dims)
 
     @property
     def separable(self):
         """Whether ``log g`` is a row term plus a column term with nothing masked (see `axis_log_modulation`)."""
-        return self.span_dims == 2 and self.threshold is None
+        return self.span_dims == 2 and self.threshold is None and self.max_window is None
+
+    @property
+    def window(self):
+        """``(window, dilation, flat)`` of the `Neighbourhood` that `max_window` gives, or None."""
+        if self.max_window is None:
+            return None
+        if self.span_dims == 1:
+            return (1, self.max_window[0]), (1, 1), True
+        return self.max_window, (1, 1), False
+
+    def neighbourhood(self, height, width):
+        """The `Neighbourhood` of `max_window` on a grid, or None."""
+        return None if self.window is None else get_neighbourhood(height, width, *self.window)
 
     def build(self, input_shape=None):
         shape = (self.num_heads, self.span_dims)
@@ -122,22 +150,49 @@ class AttentionSpan(keras.layers.Layer):
         offsets = axis_shifts(height * width)[None] - ops.convert_to_tensor(self.span_center)[:, 0, None, None]
         return -0.5 * ops.square(offsets / self.sigma[:, 0, None, None])
 
-    def score_bias(self, height, width):
+    def score_bias(self, height, width, window_mask=None):
         """What the span adds to the scores: ``log g``, -inf for keys under the threshold; (heads, H*W, H*W).
 
         The key of largest ``g`` is kept for every query, so each softmax row
         has a finite maximum even when the span has shrunk below one pixel.
+        Keys outside `max_window`, and outside ``window_mask`` ((T, T) bool,
+        the attention's own window) when given, are masked and never count as
+        that key.
         """
-        log_g = self.log_modulation(height, width)
+        neighbourhood = self.neighbourhood(height, width)
+        if neighbourhood is not None:
+            own = neighbourhood.window_mask()
+            window_mask = own if window_mask is None else np.logical_and(window_mask, own)
+        return self._threshold(self.log_modulation(height, width), window_mask)
+
+    def window_score_bias(self, neighbourhood):
+        """`score_bias` for the tile pairs of windowed attention: (heads, tiles, Bq, Rk), float32.
+
+        Computed from the pairs' shifts (`Neighbourhood.row_shift`, ``col_shift``, ``offset``), so
+        nothing of size (T, T) is formed; keys outside the window are masked.
+        """
+        centers, sigma = ops.convert_to_tensor(self.span_center), self.sigma
+        axes = ((neighbourhood.row_shift, neighbourhood.col_shift) if self.span_dims == 2
+                else (neighbourhood.offset,))
+        log_g = 0.0
+        for axis, shift in enumerate(axes):
+            z = (shift.astype("float32")[None] - centers[:, axis, None, None, None]) / sigma[:, axis, None, None, None]
+            log_g = log_g - 0.5 * ops.square(z)
+        return self._threshold(log_g, neighbourhood.mask)
+
+    def _threshold(self, log_g, window_mask):
+        """``log g`` with -inf outside `window_mask` (None: no window) and, with a threshold, under it."""
+        if window_mask is not None:
+            log_g = ops.where(window_mask[None], log_g, -np.inf)
         if self.threshold is None:
             return log_g
         keep = ops.logical_or(log_g >= math.log(self.threshold),
                               log_g >= ops.max(log_g, axis=-1, keepdims=True))
         return ops.where(keep, log_g, -np.inf)
 
-    def modulate(self, scores, height, width):
+    def modulate(self, scores, height, width, window_mask=None):
         """Scores (..., heads, H*W, H*W) plus `score_bias`, float32."""
-        return ops.cast(scores, "float32") + self.score_bias(height, width)
+        return ops.cast(scores, "float32") + self.score_bias(height, width, window_mask)
 
     def call(self, inputs):
         """`score_bias` for the static grid of ``inputs`` (batch, H, W, C), as position scores are called."""
@@ -156,5 +211,7 @@ class AttentionSpan(keras.layers.Layer):
         config = super().get_config()
         config.update({"num_heads": self.num_heads, "span_dims": self.span_dims,
                        "initial_sigma": self.initial_sigma, "threshold": self.threshold,
-                       "min_sigma": self.min_sigma})
+                       "min_sigma": self.min_sigma,
+                       "max_window": (self.max_window[0] if self.max_window and self.span_dims == 1
+                                      else self.max_window)})
         return config

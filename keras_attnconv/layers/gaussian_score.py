@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import centred_shifts, combine_axis_scores, pixel_shifts
+from keras_attnconv.layers.shift_geometry import centred_shifts, combine_axis_scores, pixel_shifts, shift_grid
 from keras_attnconv.utils import check_real
 
 
@@ -49,6 +49,10 @@ class _GaussianScoreBase(PositionScore):
 
     def relative_encoding(self, height, width):
         d1, d2 = (shift.astype("float32") for shift in pixel_shifts(height, width))
+        return ops.convert_to_tensor(np.stack([d1, d2, d1**2, d2**2, d1 * d2], axis=-1))
+
+    def shift_encoding(self, height, width):
+        d1, d2 = shift_grid(height, width)
         return ops.convert_to_tensor(np.stack([d1, d2, d1**2, d2**2, d1 * d2], axis=-1))
 
     def get_config(self):
@@ -119,6 +123,15 @@ class GaussianScore(_GaussianScoreBase):
         cross = -b[:, :, None, :, None] * row[:, :, None, :, None] * col[:, None, :, None, :]
         cross = ops.reshape(cross, (heads, height * width, height * width))
         return separable + cross
+
+    def shift_scores(self, height, width):
+        inverse = self.inverse_covariance()
+        d1, d2 = shift_grid(height, width)
+        centers = ops.convert_to_tensor(self.centers)
+        z1 = d1[None] - centers[:, 0, None, None]
+        z2 = d2[None] - centers[:, 1, None, None]
+        a, b, c = (inverse[:, i, j, None, None] for i, j in ((0, 0), (0, 1), (1, 1)))
+        return -0.5 * (a * ops.square(z1) + c * ops.square(z2)) - b * z1 * z2
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

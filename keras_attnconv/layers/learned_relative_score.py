@@ -1,6 +1,7 @@
 """The paper's learned relative encoding: one embedding per row shift and per column shift."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
@@ -111,9 +112,38 @@ class LearnedRelativeScore(PositionScore):
         total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(col_scores, "float32")[..., None, :]
         return ops.reshape(total, (batch, heads, height * width, height * width))
 
-    def content_position_multiply_adds(self, height, width):
-        # The factorised form above: each query meets H row and W column embeddings.
-        return height * width * self.axis_dim * (height + width)
+    def content_position_multiply_adds(self, height, width, window=None):
+        # The factorised form above: each query meets H row and W column embeddings (in a window,
+        # the Kh row and Kw column shifts of its window).
+        rows, cols = (height, width) if window is None else window
+        return height * width * self.axis_dim * (rows + cols)
+
+    def shift_encoding(self, height, width):
+        rows = self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width)
+        cols = self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width)
+        shape = (2 * height - 1, 2 * width - 1, self.axis_dim)
+        return ops.concatenate([ops.broadcast_to(rows[:, None, :], shape),
+                                ops.broadcast_to(cols[None, :, :], shape)], axis=-1)
+
+    def _shift_table(self, embeddings, size, shifts, height, width):
+        """The rows of one axis' table for the shifts `shifts` (int array): (len(shifts), axis_dim)."""
+        self._axis_tables(height, width)  # checks the grid against the tables
+        return ops.take(embeddings, (shifts + size - 1).astype("int32"), axis=0)
+
+    def windowed_content_position_scores(self, queries, neighbourhood):
+        # Factorised as on the global path: q_row.row_emb[d1] + q_col.col_emb[d2]. Each query meets
+        # the few row (column) shifts its tile spans, then every pair picks its shift's entry.
+        axes = ((self.row_embeddings, self.row_size, neighbourhood.row_shift, queries[..., : self.axis_dim]),
+                (self.col_embeddings, self.col_size, neighbourhood.col_shift, queries[..., self.axis_dim:]))
+        total = 0.0
+        for embeddings, size, shift, axis_queries in axes:
+            low = int(shift.min())
+            table = self._shift_table(embeddings, size, np.arange(low, int(shift.max()) + 1),
+                                      neighbourhood.height, neighbourhood.width)
+            per_shift = ops.einsum("bnihe,se->bnihs", axis_queries, ops.cast(table, queries.dtype))
+            index = (shift - low)[None, :, :, None, :]  # (1, tiles, Bq, 1, Rk)
+            total = total + ops.take_along_axis(ops.cast(per_shift, "float32"), index, axis=-1)
+        return total
 
     def get_config(self):
         config = super().get_config()

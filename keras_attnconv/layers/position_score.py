@@ -11,12 +11,18 @@ shift ``delta = k - q`` (row shift, column shift) and, optionally, one vector
   ``(H*W, H*W, encoding_dim)``, float32, used by the content-position term
   ``X_q W_qry W_key_hat r_delta`` (see ``content_position_scores``).
 
+Windowed (local) attention never forms a (query, key) table of the whole map:
+it reads the same functions per distinct shift, ``shift_scores`` (heads,
+2H-1, 2W-1) and ``shift_encoding`` (2H-1, 2W-1, encoding_dim), and gathers
+them for the pairs of its tiles (`windowed_content_position_scores`).
+
 Pixels are indexed row-major (``p = i * width + j``); the shift grid is in
 `keras_attnconv.layers.shift_geometry`. All weights are float32 and never
 autocast, so scores stay float32 under mixed precision.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.shift_geometry import combine_axis_scores
@@ -124,12 +130,57 @@ class PositionScore(keras.layers.Layer):
         encoding = ops.cast(self.relative_encoding(height, width), queries.dtype)
         return ops.cast(ops.einsum("bqhd,qkd->bhqk", queries, encoding), "float32")
 
-    def content_position_multiply_adds(self, height, width):
-        """Multiply-adds of `content_position_scores` per example and head (for FLOP counts)."""
+    def content_position_multiply_adds(self, height, width, window=None):
+        """Multiply-adds of the content-position term per example and head (for FLOP counts).
+
+        ``window`` is the (Kh, Kw) window of windowed attention (None: every token is a key).
+        """
         tokens = height * width
-        return tokens * tokens * self.encoding_dim
+        keys = tokens if window is None else window[0] * window[1]
+        return tokens * keys * self.encoding_dim
+
+    def shift_scores(self, height, width):
+        """``v_h^T r_delta`` of every shift ``delta`` on the grid: (heads, 2H-1, 2W-1), float32.
+
+        Index ``[h, delta_1 + H - 1, delta_2 + W - 1]``. The default reads a separable
+        score's axis tables (whose entries depend on the shift only) at one pair per shift.
+        """
+        row_scores, column_scores = self.axis_scores(height, width)
+        return (_per_shift(row_scores, height)[:, :, None] + _per_shift(column_scores, width)[:, None, :])
+
+    def shift_encoding(self, height, width):
+        """``r_delta`` of every shift on the grid: (2H-1, 2W-1, encoding_dim), float32 (see `shift_scores`)."""
+        raise NotImplementedError
+
+    def windowed_content_position_scores(self, queries, neighbourhood):
+        """Content-position term ``q^T r_delta`` for the tile pairs of windowed attention.
+
+        Args:
+            queries: (batch, tiles, Bq, heads, encoding_dim) in the compute dtype, the tiles'
+                queries already mapped into the encoding space.
+            neighbourhood: the `keras_attnconv.layers.neighbourhood.Neighbourhood` of the grid.
+
+        Returns:
+            float32 (batch, tiles, Bq, heads, Rk). The encoding of each tile pair is gathered
+            from `shift_encoding` (batch-independent, ``tiles * Bq * Rk * encoding_dim`` values).
+        """
+        height, width = neighbourhood.height, neighbourhood.width
+        table = ops.reshape(self.shift_encoding(height, width), (-1, self.encoding_dim))
+        encoding = ops.cast(ops.take(table, neighbourhood.shift_index, axis=0), queries.dtype)
+        return ops.cast(ops.einsum("bnihe,nire->bnihr", queries, encoding), "float32")
 
     def get_config(self):
         config = super().get_config()
         config.update({"num_heads": self.num_heads, "head_vectors": self.head_vectors})
         return config
+
+
+def _per_shift(axis_scores, length):
+    """(heads, L, L) scores indexed by (query, key) -> (heads, 2L-1) indexed by shift + L - 1.
+
+    Shift ``s`` is read at the pair ``(max(0, -s), max(0, -s) + s)``.
+    """
+    shifts = np.arange(-(length - 1), length)
+    query = np.maximum(0, -shifts)
+    index = (query * length + query + shifts).astype("int32")
+    return ops.take(ops.reshape(axis_scores, (axis_scores.shape[0], length * length)), index, axis=1)

@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features
+from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features, shift_grid
 from keras_attnconv.utils import check_real
 
 
@@ -81,6 +81,10 @@ class QuadraticScore(PositionScore):
         row_features = np.stack([rows**2, rows, zeros_r], axis=-1)
         col_features = np.stack([cols**2, zeros_c, cols], axis=-1)
         return combine_axis_features(ops.convert_to_tensor(row_features), ops.convert_to_tensor(col_features))
+
+    def shift_encoding(self, height, width):
+        d1, d2 = shift_grid(height, width)
+        return ops.convert_to_tensor(np.stack([d1**2 + d2**2, d1, d2], axis=-1))
 
     def get_config(self):
         config = super().get_config()

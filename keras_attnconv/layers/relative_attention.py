@@ -1,10 +1,13 @@
 """Multi-head self-attention over pixels with relative position scores, eq. (8)."""
 
 import keras
+import numpy as np
 from keras import ops
 
+from keras_attnconv.layers import windowed_attention
 from keras_attnconv.layers.attention_span import AttentionSpan
-from keras_attnconv.layers.path_rule import prefers_separable
+from keras_attnconv.layers.neighbourhood import dilation_pair, get_neighbourhood, window_pair
+from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
@@ -75,17 +78,47 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             with ``num_heads``) or its serialized config. A learned per-head
             Gaussian window added (as ``log g``) to the scores of any score
             function, keys under its threshold masked. A span without a
-            threshold keeps separable heads separable.
+            threshold keeps separable heads separable. A span with a
+            ``max_window`` gives the layer that window (see ``window``).
+        window: None (global attention), or an odd int or (odd, odd) pair
+            ``(Kh, Kw)``: neighbourhood (local) attention, each query attends
+            to a ``Kh x Kw`` window of keys with NATTEN's rule (see
+            `keras_attnconv.layers.neighbourhood`): the window is shifted to
+            stay inside the map, so every query has exactly ``Kh * Kw`` keys,
+            and the position terms use the true shifts. A side longer than
+            the map (dilation 1) is clipped to the map. The windowed path
+            costs ``O(H W Kh Kw)`` per channel and head and never forms a
+            (T, T) tensor (T = H*W).
+        dilation: positive int or pair, the window's dilation (NATTEN's rule:
+            each axis is split into ``dilation`` interleaved groups by index
+            mod dilation and the window is taken within the group);
+            ``window * dilation`` must not exceed the map's side.
+        windowed: ``"auto"``, True or False, for layers with a window. "auto"
+            picks the windowed (tiled) path where it is cheaper than global
+            attention with the window as a mask
+            (`keras_attnconv.layers.path_rule.prefers_windowed`), and keeps
+            separable position-only heads separable (the window is a row
+            window times a column window) where that path is preferred; True
+            forces the windowed path, False forces the global path with an
+            additive -inf mask outside the windows (the reference).
 
     Call arguments:
         inputs: tensor (batch, H, W, C) with static H, W, C; integer inputs
             (e.g. uint8 pixels) are cast to the compute dtype, as values.
         training: bool, whether dropout is active.
         return_attention_scores: bool, also return the attention probabilities
-            (before dropout), float32 (batch, heads, H*W, H*W).
+            (before dropout), float32 (batch, heads, H*W, H*W). With a window:
+            the pair ``(probabilities, key_indices)``: probabilities float32
+            (batch, heads, T, K) of every query's ``K = Kh * Kw`` window keys,
+            and key_indices int32 (T, K), the flat (row-major, ``i * W + j``)
+            position of each of those keys; a query's keys are listed in
+            row-major window order. ``probabilities[b, h, q, s]`` is the
+            weight of key ``key_indices[q, s]`` for query ``q``; every other
+            key has weight 0.
 
     Returns:
-        Tensor (batch, H, W, output_dim), or ``(output, probabilities)``.
+        Tensor (batch, H, W, output_dim), or ``(output, scores)`` with the
+        scores above.
 
     Example:
     >>> layer = RelativeMultiHeadAttention(num_heads=9, position_score="quadratic")
@@ -111,6 +144,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         separable="auto",
         attention_span=None,
+        window=None,
+        dilation=1,
+        windowed="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -158,6 +194,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self._check_score_layer(self.position_score)
         self.separable = separable
         self.attention_span = self._make_attention_span(attention_span)
+        self.window = None if window is None else window_pair("window", window)
+        self.dilation = dilation_pair(dilation)
+        self._check_window_arguments(windowed)
+        self.windowed = windowed
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
         # The separable path drops row and column links independently, each with the rate that
         # keeps a (query, key) link with probability 1 - dropout, as the general path does.
@@ -193,6 +233,39 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                              f"num_heads={self.num_heads}.")
         return span
 
+    def _check_window_arguments(self, windowed):
+        if windowed not in ("auto", True, False):
+            raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
+        if self.window is None and self.dilation != (1, 1):
+            raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation}, window=None")
+        span_window = self.attention_span.window if self.attention_span is not None else None
+        if span_window is not None and self.window is not None and span_window != (self.window, (1, 1), False):
+            raise ValueError(
+                f"The attention span's max_window={self.attention_span.max_window} (span_dims="
+                f"{self.attention_span.span_dims}) differs from the layer's window. Received: window={self.window}")
+        if windowed is True and self.window is None and span_window is None:
+            raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
+                             "Received: windowed=True, window=None")
+        if windowed is True and self.separable is True:
+            raise ValueError("`windowed=True` and `separable=True` force two different paths. "
+                             "Received: windowed=True, separable=True")
+
+    @property
+    def window_spec(self):
+        """``(window, dilation, flat)`` of the neighbourhood the layer attends in, or None (global attention).
+
+        The layer's ``window``, else the ``max_window`` of its attention span (``flat``: a 1-D window
+        over the row-major tokens, from a 1-D span).
+        """
+        if self.window is not None:
+            return self.window, self.dilation, False
+        return None if self.attention_span is None else self.attention_span.window
+
+    def neighbourhood(self, height, width):
+        """The `Neighbourhood` (static index tables) of the window on a grid, or None without a window."""
+        spec = self.window_spec
+        return None if spec is None else get_neighbourhood(height, width, *spec)
+
     @property
     def uses_content(self):
         """Whether the attention probabilities depend on the input."""
@@ -223,24 +296,39 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
         Returns:
             ``"content"`` (probabilities per example), ``"position"`` (one
-            (heads, T, T) probability tensor per call, shared by the batch) or
-            ``"separable"`` (a row pass and a column pass per head).
+            (heads, T, T) probability tensor per call, shared by the batch),
+            ``"separable"`` (a row pass and a column pass per head; with a
+            window, each axis masked outside its window), or, with a window,
+            ``"windowed_content"`` / ``"windowed_position"`` (the tiled
+            neighbourhood path, per example / shared by the batch). With a
+            window, "content" and "position" are global attention with the
+            window as a mask.
         """
+        neighbourhood = self.neighbourhood(height, width)
+        if neighbourhood is not None and self.windowed is not False:
+            windowed = self.windowed is True or prefers_windowed(neighbourhood, platform)
+        else:
+            windowed = False
         if self.uses_content:
-            return "content"
+            return "windowed_content" if windowed else "content"
         if self.separable is False:
-            return "position"
+            return "windowed_position" if windowed else "position"
         span_separable = self.attention_span is None or self.attention_span.separable
-        if not (self.position_score.separable and span_separable):
+        window_separable = neighbourhood is None or not neighbourhood.flat
+        if not (self.position_score.separable and span_separable and window_separable):
             if self.separable is True:
-                reason = (f"{type(self.position_score).__name__} scores are" if span_separable
-                          else "An attention span with a threshold (or 1-D) is")
+                reason = (f"{type(self.position_score).__name__} scores are" if not self.position_score.separable
+                          else "A 1-D window is" if not window_separable
+                          else "An attention span with a threshold, a max_window (or 1-D) is")
                 raise ValueError(f"{reason} not separable by axis. Received: separable=True")
-            return "position"
-        return "separable" if self.separable is True or prefers_separable(height, width, platform) else "position"
+            return "windowed_position" if windowed else "position"
+        if self.separable is True or (self.windowed is not True and prefers_separable(height, width, platform)):
+            return "separable"
+        return "windowed_position" if windowed else "position"
 
     def build(self, input_shape):
         height, width = grid_size(input_shape)
+        self.neighbourhood(height, width)  # a window that does not fit the map raises here
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
@@ -297,10 +385,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return projected if bias is None else projected + bias
 
     def _scores(self, tokens, height, width):
-        """Attention scores, float32: (heads, T, T) if position-only, else (batch, heads, T, T)."""
+        """Attention scores, float32: (heads, T, T) if position-only, else (batch, heads, T, T).
+
+        With a window (global path), -inf outside each query's window.
+        """
         scores = self._unmodulated_scores(tokens, height, width)
+        neighbourhood = self.neighbourhood(height, width)
+        window_mask = None if neighbourhood is None else neighbourhood.window_mask()
         if self.attention_span is not None:
-            scores = self.attention_span.modulate(scores, height, width)
+            scores = self.attention_span.modulate(scores, height, width, window_mask)
+        if window_mask is not None:
+            scores = ops.where(window_mask, scores, -np.inf)
         return scores
 
     def _unmodulated_scores(self, tokens, height, width):
@@ -339,20 +434,35 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Keras autocasts floating inputs only; integer images are cast here, as values.
         inputs = ops.cast(inputs, self.compute_dtype)
         height, width = grid_size(inputs.shape)
-        if self.attention_mode_for(height, width) == "separable":
+        mode = self.attention_mode_for(height, width)
+        if mode == "separable":
             return self._call_separable(inputs, height, width, training, return_attention_scores)
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
-        scores = self._scores(tokens, height, width)
+        neighbourhood = self.neighbourhood(height, width)
+        if mode.startswith("windowed"):
+            region = windowed_attention.gather_region(tokens, neighbourhood)
+            scores = windowed_attention.windowed_scores(self, tokens, region, neighbourhood)
+        else:
+            scores = self._scores(tokens, height, width)
         # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
         probabilities = ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
         dropped = self.dropout_layer(probabilities, training=training)
-        outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
+        if mode.startswith("windowed"):
+            outputs = windowed_attention.windowed_outputs(self, dropped, region, neighbourhood)
+        else:
+            outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
         if self.output_bias is not None:
             outputs = outputs + self.output_bias
         outputs = ops.reshape(outputs, (-1, height, width, self.output_dim))
         if not return_attention_scores:
             return outputs
-        return outputs, _per_example(probabilities, inputs)
+        if neighbourhood is None:
+            return outputs, _per_example(probabilities, inputs)
+        if mode.startswith("windowed"):
+            window = windowed_attention.window_probabilities(probabilities, neighbourhood)
+        else:
+            window = _window_entries(probabilities, neighbourhood)
+        return outputs, (_per_example(window, inputs), ops.convert_to_tensor(neighbourhood.key_indices))
 
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
         """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""
@@ -360,6 +470,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if self.attention_span is not None:
             row_span, column_span = self.attention_span.axis_log_modulation(height, width)
             row_scores, column_scores = row_scores + row_span, column_scores + column_span
+        neighbourhood = self.neighbourhood(height, width)
+        if neighbourhood is not None:
+            # The window is a row window times a column window: mask each axis outside its own.
+            row_mask, column_mask = neighbourhood.axis_masks()
+            row_scores = ops.where(row_mask, row_scores, -np.inf)
+            column_scores = ops.where(column_mask, column_scores, -np.inf)
         rows = _position_softmax(row_scores)  # (heads, H, H)
         columns = _position_softmax(column_scores)  # (heads, W, W)
         dtype = inputs.dtype
@@ -380,6 +496,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             outputs = outputs + self.output_bias
         if not return_attention_scores:
             return outputs
+        if neighbourhood is not None:
+            # Each window key's probability is its row factor times its column factor.
+            query_rows, query_columns = np.divmod(np.arange(height * width)[:, None], width)
+            key_rows, key_columns = np.divmod(neighbourhood.key_indices, width)
+            window = (ops.take(ops.reshape(rows, (self.num_heads, -1)), query_rows * height + key_rows, axis=1)
+                      * ops.take(ops.reshape(columns, (self.num_heads, -1)), query_columns * width + key_columns,
+                                 axis=1))
+            return outputs, (_per_example(window, inputs), ops.convert_to_tensor(neighbourhood.key_indices))
         tokens = height * width
         probabilities = ops.reshape(rows[:, :, None, :, None] * columns[:, None, :, None, :],
                                     (self.num_heads, tokens, tokens))
@@ -420,6 +544,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if not return_attention_scores:
             return outputs
         tokens = inputs.shape[1] * inputs.shape[2]
+        neighbourhood = self.neighbourhood(*grid_size(inputs.shape))
+        if neighbourhood is not None:
+            keys = neighbourhood.keys_per_query
+            return outputs, (keras.KerasTensor((inputs.shape[0], self.num_heads, tokens, keys), dtype="float32"),
+                             keras.KerasTensor((tokens, keys), dtype="int32"))
         scores = keras.KerasTensor((inputs.shape[0], self.num_heads, tokens, tokens), dtype="float32")
         return outputs, scores
 
@@ -446,6 +575,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             "separable": self.separable,
             "attention_span": (None if self.attention_span is None
                                else keras.saving.serialize_keras_object(self.attention_span)),
+            "window": self.window,
+            "dilation": self.dilation,
+            "windowed": self.windowed,
         })
         return config
 
@@ -458,9 +590,22 @@ def _position_softmax(scores):
     per parameter, and float32's 1 - 6e-8 for a saturated probability would be
     multiplied by them. After the subtraction the dominant score is exactly 0
     with an exactly zero derivative.
+
+    The derivative of the maximum is written out (the entries equal to it
+    share it) with the count of those entries floored at 1: JAX's own
+    derivative of ``max`` divides by that count, and under XLA the scores and
+    their maximum may be computed in differently fused kernels, match nowhere
+    and give 0/0 (seen with diagonal Gaussian scores). With no match the
+    derivative is dropped, which softmax's shift invariance allows.
     """
     scores = ops.cast(scores, "float32")
-    return ops.softmax(scores - ops.max(scores, axis=-1, keepdims=True), axis=-1)
+    maximum = ops.stop_gradient(ops.max(scores, axis=-1, keepdims=True))
+    # The derivative of max, spread over the entries equal to it, with the count floored at 1.
+    ties = ops.cast(ops.stop_gradient(scores) == maximum, "float32")
+    weights = ops.stop_gradient(ties / ops.maximum(ops.sum(ties, axis=-1, keepdims=True), 1.0))
+    zero_valued = ops.where(ties > 0, scores - ops.stop_gradient(scores), 0.0)  # (-inf - -inf elsewhere)
+    dominant = maximum + ops.sum(weights * zero_valued, axis=-1, keepdims=True)
+    return ops.softmax(scores - dominant, axis=-1)
 
 
 def _row_column_pass(rows, columns, x):
@@ -479,8 +624,16 @@ def _row_column_pass(rows, columns, x):
     return ops.reshape(x, (batch, height, width, channels))
 
 
+def _window_entries(probabilities, neighbourhood):
+    """The window keys' entries of (..., heads, T, T) probabilities: (..., heads, T, K), see `key_indices`."""
+    heads, tokens = probabilities.shape[-3], probabilities.shape[-1]
+    flat = ops.reshape(probabilities, ((-1, heads) if ops.ndim(probabilities) == 4 else (heads,)) + (tokens**2,))
+    index = np.arange(tokens)[:, None] * tokens + neighbourhood.key_indices
+    return ops.take(flat, index.astype("int32"), axis=-1)
+
+
 def _per_example(probabilities, inputs):
-    """Attention probabilities as (batch, heads, T, T); position-only ones are shared by the batch."""
+    """Attention probabilities as (batch, heads, ...); position-only ones are shared by the batch."""
     if ops.ndim(probabilities) == 4:
         return probabilities
     return ops.broadcast_to(probabilities[None], (ops.shape(inputs)[0], *probabilities.shape))

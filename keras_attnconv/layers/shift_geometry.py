@@ -21,6 +21,13 @@ def pixel_shifts(height, width):
     return rows[None, :] - rows[:, None], cols[None, :] - cols[:, None]
 
 
+def shift_grid(height, width):
+    """Every shift of the grid: row and column shifts, float32 (2H-1, 2W-1) each, index ``shift + size - 1``."""
+    rows = np.arange(-(height - 1), height, dtype="float32")
+    cols = np.arange(-(width - 1), width, dtype="float32")
+    return np.meshgrid(rows, cols, indexing="ij")
+
+
 def centred_shifts(centers, height, width):
     """Row and column shifts minus each head's centre: (heads, H, H) and (heads, W, W)."""
     centers = ops.convert_to_tensor(centers)

@@ -87,6 +87,14 @@ class SirenScore(PositionScore):
         table = ops.matmul(self.shift_features(height, width), self.head_kernel)  # (2H-1, 2W-1, heads)
         return ops.transpose(self._per_pair(table, height, width), (2, 0, 1))
 
+    def shift_scores(self, height, width):
+        self._require_head_vectors()
+        table = ops.matmul(self.shift_features(height, width), self.head_kernel)
+        return ops.transpose(table, (2, 0, 1))
+
+    def shift_encoding(self, height, width):
+        return self.shift_features(height, width)
+
     def relative_encoding(self, height, width):
         return self._per_pair(self.shift_features(height, width), height, width)
 

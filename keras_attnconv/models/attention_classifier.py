@@ -12,6 +12,7 @@ from keras_attnconv.layers import (
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
+from keras_attnconv.layers.neighbourhood import check_window, dilation_pair, window_pair
 from keras_attnconv.models.validation import check_config_fields, dtype_policy
 from keras_attnconv.utils import check_positive_int
 
@@ -43,6 +44,12 @@ class AttentionClassifierConfig:
         attention_span: None, or a dict of `AttentionSpan` arguments
             (``{"initial_sigma": 4.0, "threshold": 0.1}``; ``{}`` for its
             defaults): a learned Gaussian span on every head's attention.
+            With a ``max_window`` it runs on the windowed path.
+        window: None (global attention), an odd int or a pair of them:
+            every query attends to its ``window x window`` neighbourhood of
+            keys (NATTEN's rule, see `RelativeMultiHeadAttention`), at
+            ``O(T window^2)`` cost.
+        dilation: int >= 1 or a pair, spacing of the window's keys.
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
@@ -62,6 +69,8 @@ class AttentionClassifierConfig:
     use_position_bias: bool = True
     absolute_encoding: "str | None" = None
     attention_span: "dict | None" = None
+    window: "int | tuple[int, int] | None" = None
+    dilation: "int | tuple[int, int]" = 1
     dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
@@ -71,12 +80,19 @@ class AttentionClassifierConfig:
     image_size: int = 32
 
     def __post_init__(self):
-        if isinstance(self.num_heads, list):
-            object.__setattr__(self, "num_heads", tuple(self.num_heads))
+        for name in ("num_heads", "window", "dilation"):  # TOML and JSON give lists
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling",
                                             "image_size"),
                             rates=("dropout", "attention_dropout"), positive_numbers=("initializer_range",),
                             optional_positive=("position_embedding_dim",))
+        if self.window is not None:  # the layer's own rules, checked before anything is built
+            side = self.image_size // self.downsampling
+            for window, dilation in zip(window_pair("window", self.window), dilation_pair(self.dilation)):
+                check_window(window, dilation, side)
+        elif self.dilation != 1:
+            raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation!r}, window=None")
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
@@ -162,6 +178,8 @@ def build_attention_classifier(config, name=None, dtype=None):
     }
     if config.attention_span is not None:
         attention_options["attention_span"] = dict(config.attention_span)
+    if config.window is not None:  # only when set: configs saved before windows existed stay as they were
+        attention_options.update(window=config.window, dilation=config.dilation)
     for index, num_heads in enumerate(config.heads_per_layer):
         x = TransformerEncoderBlock(
             num_heads=num_heads,

@@ -42,8 +42,15 @@ def _attention_flops(layer, input_shape):
     projection = 2 * tokens * channels * heads * key_dim
     linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
     carried = min(out_dim, channels)  # the attention contraction carries the narrower width
-    if layer.attention_mode_for(height, width) == "separable":  # a row pass and a column pass
+    mode = layer.attention_mode_for(height, width)
+    # Windowed attention: each query meets the K = Kh * Kw keys of its window (the algorithm's count;
+    # the tiles also score the masked keys of their regions, see `keras_attnconv.layers.neighbourhood`).
+    window = layer.neighbourhood(height, width).window if mode.startswith("windowed") else None
+    keys = tokens if window is None else window[0] * window[1]
+    if mode == "separable":  # a row pass and a column pass
         attention = 2 * heads * tokens * (height + width) * carried
+    elif window is not None:  # the windowed path contracts the input channels
+        attention = 2 * heads * tokens * keys * channels
     else:
         attention = 2 * heads * tokens * tokens * carried
     if layer.use_content_content or layer.use_content_position:
@@ -51,14 +58,14 @@ def _attention_flops(layer, input_shape):
     if layer.use_content_content or layer.use_key_bias:
         linear += projection
     if layer.use_content_content:
-        attention += 2 * heads * tokens * tokens * key_dim
+        attention += 2 * heads * tokens * keys * key_dim
     if layer.use_key_bias:
         attention += 2 * heads * tokens * key_dim
     if layer.use_content_position:
         score = layer.position_score
         if layer.position_key_projection:
             linear += 2 * tokens * heads * key_dim * score.encoding_dim
-        attention += 2 * heads * score.content_position_multiply_adds(height, width)
+        attention += 2 * heads * score.content_position_multiply_adds(height, width, window)
     return FlopCount(linear, attention)
 
 

@@ -37,6 +37,12 @@ _GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
 # Follow-up: a learned Gaussian span (thesis slides: threshold 0.1) on top of the paper's encodings.
 _SPAN = {"initial_sigma": 4.0, "threshold": 0.1}
 _FOLLOW_UP = "follow-up thesis slides"
+# Local attention (issue 19): a 7x7 neighbourhood (NATTEN's default kernel) covers the shifts of up to 3 pixels
+# where the paper's quadratic heads settle in the first layers (its Figure 4), keeps 49 of the 256 keys of the
+# 16x16 grid per query, and two such layers already see 13x13 pixels. The local span starts as wide as the
+# window: at threshold 0.1 a Gaussian reaches 2.15 sigma, so sigma 1.5 reaches 3.2 pixels, and it learns within it.
+_WINDOW = 7
+_SPAN_LOCAL = {"initial_sigma": 1.5, "threshold": 0.1, "max_window": _WINDOW}
 # Baselines: absolute encodings added to the tokens, content-content attention only.
 _ABSOLUTE = AttentionClassifierConfig(position_score=None, use_content_content=True, use_position_bias=False,
                                       absolute_encoding="learned")
@@ -65,11 +71,21 @@ _REGISTRY = {
                                                            source="baseline")),
     "absolute_sinusoid": ModelEntry(dataclasses.replace(_ABSOLUTE, absolute_encoding="sinusoid"),
                                     PaperFigures("absolute 2-D sinusoids, content attention", source="baseline")),
+    "learned_content_local": ModelEntry(dataclasses.replace(_LEARNED_CONTENT, window=_WINDOW),
+                                        PaperFigures("learned emb. + content, 7x7 local attention",
+                                                     source=_FOLLOW_UP)),
+    "absolute_learned_local": ModelEntry(dataclasses.replace(_ABSOLUTE, window=_WINDOW),
+                                         PaperFigures("absolute learned encoding, 7x7 local content attention",
+                                                      source="baseline")),
+    "quadratic_span_local": ModelEntry(dataclasses.replace(_QUADRATIC, attention_span=_SPAN_LOCAL),
+                                       PaperFigures("quadratic emb. + differentiable span in a 7x7 window",
+                                                    source=_FOLLOW_UP)),
     "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
 for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren", "quadratic_span", "learned_span",
-              "absolute_learned", "absolute_sinusoid"):
+              "absolute_learned", "absolute_sinusoid", "learned_content_local", "absolute_learned_local",
+              "quadratic_span_local"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:
         _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)

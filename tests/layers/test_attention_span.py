@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import randomize_weights
+from support import randomize_weights, value_and_gradients
 
 from keras_attnconv.layers import AttentionSpan, LearnedRelativeScore, RelativeMultiHeadAttention
 
@@ -217,6 +217,9 @@ def test_mixed_precision_keeps_the_span_in_float32(mixed_policy):
     ({"threshold": 0.0}, "threshold=0.0"),
     ({"threshold": 1.5}, "threshold=1.5"),
     ({"threshold": "0.1"}, "threshold='0.1'"),
+    ({"max_window": 4}, "max_window=4"),
+    ({"max_window": (3, 0)}, r"max_window=\(3, 0\)"),
+    ({"max_window": (3, 5), "span_dims": 1}, r"max_window=\(3, 5\)"),
 ])
 def test_bad_span_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -247,3 +250,54 @@ def test_a_1d_span_on_a_sequence_is_the_2d_span_along_its_only_axis():
         probs.append(ops.convert_to_numpy(layer(x, return_attention_scores=True)[1]))
     np.testing.assert_allclose(probs[0], probs[1], atol=1e-6)
     assert np.any(probs[0] == 0.0)
+
+
+@pytest.mark.parametrize("span_dims, max_window", [(2, 3), (2, (3, 5)), (1, 7)])
+def test_a_span_with_max_window_runs_windowed_and_equals_the_global_span_path(span_dims, max_window):
+    """Keys outside max_window or under the threshold get exactly zero probability on both paths."""
+    span = {"span_dims": span_dims, "max_window": max_window, "threshold": 0.3}
+    layers = [attention(span=span, windowed=mode) for mode in (True, False)]
+    assert [layer.attention_mode for layer in layers] == ["windowed_content", "content"]
+    rng = np.random.default_rng(14)
+    centers, sigmas = rng.normal(0.0, 1.0, (HEADS, span_dims)), rng.uniform(0.6, 1.5, (HEADS, span_dims))
+    for layer in layers:
+        set_span(layer, centers, sigmas)
+    x = inputs(seed=15)
+    (windowed_y, windowed_grads), (global_y, global_grads) = (value_and_gradients(layer, x) for layer in layers)
+    np.testing.assert_allclose(ops.convert_to_numpy(windowed_y), ops.convert_to_numpy(global_y), atol=1e-5)
+    for a, b in zip(windowed_grads, global_grads):
+        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5)
+    (_, (probs, keys)), (_, (global_probs, global_keys)) = (layer(x, return_attention_scores=True)
+                                                            for layer in layers)
+    probs, keys = ops.convert_to_numpy(probs), ops.convert_to_numpy(keys)
+    np.testing.assert_allclose(probs, ops.convert_to_numpy(global_probs), atol=1e-6)
+    np.testing.assert_array_equal(keys, ops.convert_to_numpy(global_keys))
+    # The window: max_window keys per query (NATTEN's clamped neighbourhood), within reach of the query.
+    rows, cols = np.divmod(np.arange(HEIGHT * WIDTH), WIDTH)
+    if span_dims == 2:
+        reach = np.broadcast_to(max_window, (2,))
+        assert keys.shape[1] == reach[0] * reach[1]
+        assert np.all(np.abs(rows[keys] - rows[:, None]) <= reach[0] - 1)
+        assert np.all(np.abs(cols[keys] - cols[:, None]) <= reach[1] - 1)
+    else:
+        assert keys.shape[1] == max_window and np.all(np.abs(keys - np.arange(HEIGHT * WIDTH)[:, None]) < max_window)
+    # In the window: g under the threshold -> exactly 0, except the key of largest g.
+    g = np.take_along_axis(gaussian_reference(centers, sigmas, span_dims),
+                           np.broadcast_to(keys, (HEADS, *keys.shape)), axis=-1)
+    kept = (g >= 0.3) | (g == g.max(-1, keepdims=True))
+    assert (~kept).any() and np.all(probs[:, ~kept] == 0.0)
+    assert np.all(probs[:, kept] > 0.0)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+
+
+def test_max_window_round_trips_and_keeps_old_span_configs():
+    layer = attention(span={"span_dims": 1, "max_window": 5}, windowed=True)
+    config = layer.get_config()
+    clone = RelativeMultiHeadAttention.from_config(config)
+    assert clone.attention_span.max_window == (5,) and clone.get_config() == config
+    assert clone.window_spec == ((1, 5), (1, 1), True)
+    old = AttentionSpan(HEADS).get_config()
+    del old["max_window"]  # a span saved before max_window existed
+    assert AttentionSpan.from_config(old).max_window is None
+    with pytest.raises(ValueError, match="not separable.*separable=True"):
+        attention("quadratic", span={"threshold": None, "max_window": 3}, separable=True)

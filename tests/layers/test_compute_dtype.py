@@ -15,8 +15,8 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 BATCH, HEIGHT, WIDTH, CHANNELS, HEADS = 3, 4, 5, 8, 2
 
 
-def traced_ops(layer, x):
-    """(kind, input shapes, input dtypes, output dtype) of every cast and product in the traced call."""
+def traced_operations(layer, x):
+    """(operation, input shapes, input dtypes, output shapes, output dtype) of every op of the traced call."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -25,10 +25,10 @@ def traced_ops(layer, x):
 
         def visit(jaxpr):
             for eqn in jaxpr.eqns:
-                kind = {"convert_element_type": "cast", "dot_general": "product"}.get(eqn.primitive.name)
-                if kind:
-                    found.append((kind, [tuple(v.aval.shape) for v in eqn.invars],
-                                  [str(v.aval.dtype) for v in eqn.invars], str(eqn.outvars[0].aval.dtype)))
+                found.append((eqn.primitive.name, [tuple(v.aval.shape) for v in eqn.invars],
+                              [str(v.aval.dtype) for v in eqn.invars],
+                              [tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape")],
+                              str(eqn.outvars[0].aval.dtype) if eqn.outvars else None))
                 for sub in jax.core.jaxprs_in_params(eqn.params):
                     visit(sub)
 
@@ -38,10 +38,20 @@ def traced_ops(layer, x):
         import tensorflow as tf
 
         graph = tf.function(lambda inputs: layer(inputs)).get_concrete_function(tf.TensorSpec(x.shape)).graph
-        kinds = {"Cast": "cast", "Einsum": "product", "BatchMatMulV2": "product", "MatMul": "product"}
-        return [(kinds[op.type], [tuple(t.shape) for t in op.inputs], [t.dtype.name for t in op.inputs],
-                 op.outputs[0].dtype.name) for op in graph.get_operations() if op.type in kinds]
+        return [(op.type, [tuple(t.shape) for t in op.inputs], [t.dtype.name for t in op.inputs],
+                 [tuple(t.shape) for t in op.outputs if t.shape.rank is not None],
+                 op.outputs[0].dtype.name if op.outputs else None) for op in graph.get_operations()]
     pytest.skip(f"graph inspection is written for JAX and TensorFlow, not {backend}")
+
+
+_KINDS = {"convert_element_type": "cast", "dot_general": "product",  # JAX
+          "Cast": "cast", "Einsum": "product", "BatchMatMulV2": "product", "MatMul": "product"}  # TensorFlow
+
+
+def traced_ops(layer, x):
+    """(kind, input shapes, input dtypes, output dtype) of every cast and product in the traced call."""
+    return [(_KINDS[name], shapes, dtypes, dtype) for name, shapes, dtypes, _, dtype in traced_operations(layer, x)
+            if name in _KINDS]
 
 
 def is_per_token_per_head(shape):
@@ -77,3 +87,36 @@ def test_position_only_probabilities_are_applied_in_the_compute_dtype(separable)
     products = [dtypes for kind, _, dtypes, _ in traced_ops(layer, x) if kind == "product"]
     assert products and all(set(dtypes) == {"bfloat16"} for dtypes in products)
     assert ops.convert_to_numpy(ops.isfinite(layer(x))).all()
+
+
+def traced_shapes(layer, x):
+    """Shapes of every intermediate tensor of the traced call."""
+    return [shape for _, _, _, shapes, _ in traced_operations(layer, x) for shape in shapes]
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("key_dim", [12, 20], ids=["key_region", "input_region"])
+def test_windowed_path_keeps_per_head_tensors_in_the_compute_dtype_and_forms_no_token_pair_table(key_dim, policy):
+    """The windowed path: float32 scores only, products in the compute dtype, nothing of shape (.., T, .., T)."""
+    channels, height, width = 16, 8, 9
+    layer = RelativeMultiHeadAttention(HEADS, position_score="learned", use_content_content=True,
+                                       use_content_position=True, use_key_bias=True, key_dim=key_dim,
+                                       window=3, windowed=True, dtype=policy)
+    x = np.random.default_rng(0).normal(size=(BATCH, height, width, channels)).astype("float32")
+    layer(x)
+    assert layer.attention_mode == "windowed_content"
+    traced = traced_ops(layer, x)
+    widths = {channels, key_dim}  # per-head query/key/value widths (never a number of keys or shifts here)
+    regions = layer.neighbourhood(height, width).region_index.shape[1]
+    assert regions not in widths
+    upcasts = [shapes[0] for kind, shapes, _, out in traced if kind == "cast" and out == "float32"
+               and shapes[0] and shapes[0][0] == BATCH and HEADS in shapes[0] and shapes[0][-1] in widths]
+    assert upcasts == []
+    compute_dtype = keras.DTypePolicy(policy).compute_dtype
+    per_example = [(shapes, dtypes) for kind, shapes, dtypes, _ in traced
+                   if kind == "product" and any(shape and shape[0] == BATCH for shape in shapes)]
+    assert per_example
+    for shapes, dtypes in per_example:
+        assert set(dtypes) == {compute_dtype}, (shapes, dtypes)
+    tokens = height * width
+    assert [shape for shape in traced_shapes(layer, x) if list(shape).count(tokens) >= 2] == []

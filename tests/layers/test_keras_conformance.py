@@ -86,6 +86,13 @@ CASES = [
     case(RelativeMultiHeadAttention, {"num_heads": HEADS, "position_score": "siren", "output_dim": 4},
          ((*INPUT_SHAPE[:3], 4), (INPUT_SHAPE[0], *SCORES)), "RelativeMultiHeadAttention-scores_returned",
          call_kwargs={"return_attention_scores": True}, float32_outputs=(1,)),
+    # Windowed (neighbourhood) attention, forced onto its tiled path on this small map.
+    case(RelativeMultiHeadAttention, {"num_heads": HEADS, "position_score": "learned", "use_content_content": True,
+                                      "use_content_position": True, "key_dim": 4, "window": 3, "windowed": True,
+                                      "dropout": 0.1},
+         case_id="RelativeMultiHeadAttention-windowed_content", untrained=("key_bias",)),
+    attention_case("windowed_position", position_score="gaussian", window=(3, 1), dilation=(1, 2), windowed=True,
+                   dropout=0.1),
     score_case(QuadraticScore),
     score_case(GaussianScore),
     score_case(diagonal_gaussian, "GaussianScore-diagonal"),
@@ -138,7 +145,8 @@ def test_attention_cases_take_the_path_they_are_named_after():
             layer.build(INPUT_SHAPE)
             modes[param.id.split("-")[1]] = layer.attention_mode
     assert modes == {"separable": "separable", "general": "position", "content": "content",
-                     "separable_diagonal": "separable", "span": "position", "scores_returned": "position"}
+                     "separable_diagonal": "separable", "span": "position", "scores_returned": "position",
+                     "windowed_content": "windowed_content", "windowed_position": "windowed_position"}
 
 
 def test_every_public_layer_and_score_has_a_case():

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from support import requires_tensorflow
 
-from keras_attnconv.layers import RelativeMultiHeadAttention
+from keras_attnconv.layers import RelativeMultiHeadAttention, TransformerEncoderBlock
 from keras_attnconv.models import build_model
-from keras_attnconv.models.flops import count_flops
+from keras_attnconv.models.flops import count_flops, layer_flops
 
 MATMUL_OPS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Einsum"}
 
@@ -78,3 +78,29 @@ def test_attention_exposes_the_sizes_and_path_the_count_reads():
                                        use_content_content=True)
     sized.build((None, 4, 5, 6))
     assert (sized.key_dim, sized.output_dim, sized.attention_mode) == (3, 7, "content")
+
+
+def test_windowed_attention_counts_the_window_keys_of_each_query():
+    """Windowed attention: K = Kh * Kw keys per query instead of T; the projections are unchanged."""
+    heads, height, width, channels, key_dim = 3, 12, 10, 8, 6
+    options = {"position_score": "learned", "use_content_content": True, "use_content_position": True,
+               "use_key_bias": True, "key_dim": key_dim}
+    shape = (None, height, width, channels)
+    windowed = RelativeMultiHeadAttention(heads, window=(3, 5), **options)
+    plain = RelativeMultiHeadAttention(heads, **options)
+    for layer in (windowed, plain):
+        layer.build(shape)
+    assert windowed.attention_mode == "windowed_content"
+    tokens, keys, axis_dim = height * width, 15, key_dim // 2
+    count, plain_count = layer_flops(windowed, shape), layer_flops(plain, shape)
+    assert count.linear == plain_count.linear
+    assert count.attention == 2 * heads * tokens * (keys * (channels + key_dim) + key_dim + axis_dim * (3 + 5))
+    # In an encoder block, and on the global path with the window as a mask, the count is what runs.
+    block_options = {key: value for key, value in options.items() if key != "position_score"}
+    block = TransformerEncoderBlock(heads, 16, position_score="learned",
+                                    attention_options={**block_options, "window": (3, 5)})
+    block.build(shape)
+    assert layer_flops(block, shape).attention == count.attention
+    masked = RelativeMultiHeadAttention(heads, window=(3, 5), windowed=False, **options)
+    masked.build(shape)
+    assert layer_flops(masked, shape) == plain_count

@@ -151,6 +151,11 @@ def test_mixed_float16_models_compile_with_loss_scaling(dtype, loss_scaled):
     (lambda: keras_attnconv.build_model("quadratic_span", attention_span={"threshold": 2}), "threshold=2"),
     (lambda: keras_attnconv.build_model("quadratic", attention_span={"sigma": 2}), "Invalid `attention_span`.*sigma"),
     (lambda: keras_attnconv.build_model("quadratic", attention_span=0.1), "attention_span=0.1"),
+    (lambda: keras_attnconv.build_model("learned_content", window=4), "window=4"),
+    (lambda: keras_attnconv.build_model("learned_content", window=0), "window=0"),
+    (lambda: keras_attnconv.build_model("learned_content", window=7, dilation=3), "window=7, dilation=3"),
+    (lambda: keras_attnconv.build_model("learned_content", dilation=2), "dilation=2, window=None"),
+    (lambda: keras_attnconv.build_model("quadratic", attention_span={"max_window": 6}), "max_window=6"),
     (lambda: keras_attnconv.build_model("quadratic", dtype="mixed_float32"), "dtype='mixed_float32'"),
     (lambda: keras_attnconv.build_model("resnet18", dtype="int8_from_float32"), "dtype='int8_from_float32'"),
     (lambda: keras_attnconv.get_model_config("resnet18").build(dtype="int32"), "dtype='int32'"),
@@ -165,3 +170,27 @@ def test_registry_lists_every_paper_configuration():
     for name in ("resnet18", "resnet10", "quadratic", "gaussian", "gaussian_pruned", "learned",
                  "learned_content", "quadratic_16heads", "quadratic_tiny"):
         assert name in names
+
+
+@pytest.mark.parametrize("name, spec", [("learned_content_local_tiny", ((7, 7), (1, 1), False)),
+                                        ("absolute_learned_local_tiny", ((7, 7), (1, 1), False)),
+                                        ("quadratic_span_local_tiny", ((7, 7), (1, 1), False))])
+def test_local_models_attend_in_a_7x7_window_and_keep_it_through_a_keras_file(name, spec, tmp_path):
+    model = keras_attnconv.build_model(name, seed=0, num_layers=1, image_size=16)
+    attention = model.get_layer("encoder_0").attention
+    assert attention.window_spec == spec
+    global_twin = keras_attnconv.build_model(name.replace("_local", ""), num_layers=1, image_size=16)
+    assert global_twin.get_layer("encoder_0").attention.window_spec is None
+    path = tmp_path / "model.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.get_layer("encoder_0").attention.window_spec == spec
+    x = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype("float32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)),
+                               atol=1e-6)
+
+
+def test_window_from_a_recipe_list_is_a_tuple():
+    config = keras_attnconv.get_model_config("learned_content", window=[7, 5], dilation=[1, 2])
+    assert (config.window, config.dilation) == ((7, 5), (1, 2))
+    hash(config)  # still a frozen, hashable config

@@ -1,0 +1,192 @@
+"""The windowed (neighbourhood) path of `RelativeMultiHeadAttention`: eq. (8) on tiles of queries.
+
+Each tile of ``Bq`` queries attends to the region of ``Rk`` keys that holds
+all their windows (`keras_attnconv.layers.neighbourhood`); scores of keys
+outside a query's window are -inf. Tensors in the tile layout are
+``(batch, tiles, Bq, heads, Rk)``: every product is a matmul batched over
+(batch, tile) whose rows are (query, head), so no transposes of per-head
+tensors are needed. Cost per channel and head: ``tiles * Bq * Rk`` pairs,
+``O(T K^2)``; memory likewise, never a (T, T) table.
+
+Which wide tensor is gathered into regions matters more than FLOPs: a region
+repeats its keys for ``~(Rk / Bq)`` tiles. The values are the input itself
+(the paper's ``D_h = D_in``), so the input ``X`` (batch, T, C) is gathered
+once and serves as the values; the content-content term is then computed as
+``(q Wk^T) . X_k`` when ``C <= key_dim`` (no per-head key tensor is gathered;
+``q . b_k`` is the same for every key of a query and drops out of the
+softmax), else as ``q . k`` on a gathered region of keys (batch, T, heads,
+key_dim). Scores and softmax are float32; projections and contractions run
+in the compute dtype.
+"""
+
+import numpy as np
+from keras import ops
+
+
+def gather_region(tokens, neighbourhood):
+    """The keys' input tokens of every tile: (batch, tiles, Rk, C), in the tokens' dtype."""
+    return ops.take(tokens, neighbourhood.region_index, axis=1)
+
+
+def keys_from_inputs(layer):
+    """Whether the content-content term is ``(q Wk^T) . X_k`` on the input region (see the module docstring)."""
+    return layer.input_dim <= layer.key_dim
+
+
+def _folds_query_key(layer, tokens):
+    """Whether the content-content term uses ``Wq_h Wk_h^T`` as one kernel (with keys from the inputs).
+
+    Forming it costs ``heads * C * key_dim * C`` per call, once; it saves the query projection,
+    ``tokens * heads * C * key_dim`` per example, and its (batch, T, heads, key_dim) tensor. Only
+    when nothing else needs the queries (no content-position term).
+    """
+    return (keys_from_inputs(layer) and layer.use_content_content and not layer.use_content_position
+            and tokens > layer.input_dim)
+
+
+def windowed_scores(layer, tokens, region, neighbourhood):
+    """Attention scores of the tile pairs, float32, -inf outside each query's window.
+
+    Args:
+        layer: the built `RelativeMultiHeadAttention`.
+        tokens: (batch, T, C) in the compute dtype.
+        region: `gather_region` of the tokens.
+        neighbourhood: the grid's `Neighbourhood`.
+
+    Returns:
+        (batch, tiles, Bq, heads, Rk), or (tiles, Bq, heads, Rk) for position-only heads.
+    """
+    mask = neighbourhood.mask[:, :, None, :]  # (tiles, Bq, 1, Rk)
+    position = _position_terms(layer, neighbourhood)
+    if not layer.uses_content:
+        return ops.where(mask, position, -np.inf)
+    content = _content_terms(layer, tokens, region, neighbourhood)
+    scores = content if position is None else content + position[None]
+    if not (layer.use_content_content or layer.use_content_position or position is not None):
+        # The key bias alone scores keys, not (query, key) pairs: give every query its row.
+        scores = ops.broadcast_to(scores, (ops.shape(tokens)[0], *mask.shape[:2], layer.num_heads, mask.shape[-1]))
+    return ops.where(mask[None], scores, -np.inf)
+
+
+def _position_terms(layer, neighbourhood):
+    """Position bias plus attention span of every tile pair, float32 (tiles, Bq, heads, Rk), or None.
+
+    Both are read per distinct shift (a (heads, 2H-1, 2W-1) table for the score) and gathered.
+    """
+    terms = None
+    if layer.use_position_bias:
+        table = ops.cast(layer.position_score.shift_scores(neighbourhood.height, neighbourhood.width), "float32")
+        terms = ops.take(ops.reshape(table, (layer.num_heads, -1)), neighbourhood.shift_index, axis=1)
+    if layer.attention_span is not None:
+        span = layer.attention_span.window_score_bias(neighbourhood)
+        terms = span if terms is None else terms + span
+    return None if terms is None else ops.transpose(terms, (1, 2, 0, 3))
+
+
+def _content_terms(layer, tokens, region, neighbourhood):
+    """The data-dependent terms of eq. (8) on the tile pairs: float32 (batch, tiles, Bq or 1, heads, Rk)."""
+    dtype = tokens.dtype
+    scale = ops.cast(layer._scale, dtype)
+    content = 0.0
+    fold = _folds_query_key(layer, tokens.shape[1])
+    if layer.use_content_content or layer.use_content_position:
+        query_tokens = ops.take(tokens, neighbourhood.query_index, axis=1)  # (batch, tiles, Bq, C)
+    if layer.use_content_position or (layer.use_content_content and not fold):
+        queries = ops.einsum("bnic,chd->bnihd", query_tokens, layer.query_kernel)
+        if layer.query_bias is not None:
+            queries = queries + layer.query_bias
+        queries = queries * scale  # scaled once, as on the global path
+    if layer.use_content_content or layer.use_key_bias:
+        if keys_from_inputs(layer):
+            if layer.use_content_content:
+                if fold:
+                    # s Wq_h Wk_h^T as one (C, heads, C) kernel: no (batch, T, heads, key_dim) queries at all.
+                    kernel = ops.einsum("chd,ehd->che", layer.query_kernel, layer.key_kernel) * scale
+                    key_queries = ops.einsum("bnic,che->bnihe", query_tokens, kernel)
+                    if layer.query_bias is not None:
+                        key_queries = key_queries + ops.einsum("hd,ehd->he", layer.query_bias, layer.key_kernel) * scale
+                else:
+                    key_queries = ops.einsum("bnihd,chd->bnihc", queries, layer.key_kernel)
+                content = content + ops.cast(ops.einsum("bnihc,bnrc->bnihr", key_queries, region), "float32")
+            if layer.use_key_bias:
+                key_vectors = ops.einsum("chd,hd->ch", layer.key_kernel, ops.cast(layer.u, dtype))
+                key_bias = ops.einsum("bnrc,ch->bnhr", region, key_vectors)
+                content = content + ops.cast(key_bias * scale, "float32")[:, :, None]
+            if layer.key_bias is not None:
+                content = content + _key_bias_constants(layer, query_tokens if fold else None,
+                                                        queries if not fold and layer.use_content_content else None)
+        else:
+            keys = ops.einsum("btc,chd->bthd", tokens, layer.key_kernel)
+            if layer.key_bias is not None:
+                keys = keys + layer.key_bias
+            key_region = ops.take(keys, neighbourhood.region_index, axis=1)  # (batch, tiles, Rk, heads, key_dim)
+            if layer.use_content_content:
+                content = content + ops.cast(ops.einsum("bnihd,bnrhd->bnihr", queries, key_region), "float32")
+            if layer.use_key_bias:
+                key_bias = ops.einsum("bnrhd,hd->bnhr", key_region, ops.cast(layer.u, dtype))
+                content = content + ops.cast(key_bias * scale, "float32")[:, :, None]
+    if layer.use_content_position:
+        score = layer.position_score
+        if layer.position_key_projection:
+            position_queries = ops.einsum("bnihd,hde->bnihe", queries, layer.position_key_kernel)
+        else:
+            position_queries = queries[..., : score.encoding_dim]
+        content = content + score.windowed_content_position_scores(position_queries, neighbourhood)
+    return content
+
+
+def _key_bias_constants(layer, query_tokens, queries):
+    """The key-projection bias's terms ``q . b_k`` and ``u . b_k``, float32 (batch, tiles, Bq, heads, 1) or less.
+
+    They are the same for every key of a query, so the softmax ignores them; they are added
+    (cheaply: no key axis) so that the bias gets its (zero) gradient, as on the global path,
+    instead of none at all.
+    """
+    key_bias, dtype = layer.key_bias, layer.compute_dtype
+    scale = ops.cast(layer._scale, dtype)
+    total = 0.0
+    if query_tokens is not None:  # folded queries: q . b_k = s (X_q Wq + b_q) . b_k
+        per_query = ops.einsum("bnic,ch->bnih", query_tokens, ops.einsum("chd,hd->ch", layer.query_kernel, key_bias))
+        if layer.query_bias is not None:
+            per_query = per_query + ops.einsum("hd,hd->h", layer.query_bias, key_bias)
+        total = total + ops.cast(per_query * scale, "float32")[..., None]
+    elif queries is not None:
+        total = total + ops.cast(ops.einsum("bnihd,hd->bnih", queries, key_bias), "float32")[..., None]
+    if layer.use_key_bias:
+        total = total + ops.cast(ops.einsum("hd,hd->h", ops.cast(layer.u, dtype), key_bias) * scale,
+                                 "float32")[:, None]
+    return total
+
+
+def windowed_outputs(layer, probabilities, region, neighbourhood):
+    """``sum_h P_h X W_h`` for every query, in token order: (batch, T, output_dim) in the region's dtype.
+
+    `probabilities` are the (dropped-out) tile probabilities of `windowed_scores`; the
+    contraction over keys carries the input channels, then the merged value/output kernel
+    maps each query's heads to the outputs before the queries leave the tile layout.
+    """
+    probabilities = ops.cast(probabilities, region.dtype)
+    equation = "nihr,bnrc->bnihc" if ops.ndim(probabilities) == 4 else "bnihr,bnrc->bnihc"
+    context = ops.einsum(equation, probabilities, region)
+    outputs = ops.einsum("bnihc,hco->bnio", context, layer.output_kernel)
+    tiles, queries = neighbourhood.query_index.shape
+    outputs = ops.reshape(outputs, (-1, tiles * queries, outputs.shape[-1]))
+    return ops.take(outputs, neighbourhood.untile_index, axis=1)
+
+
+def window_probabilities(probabilities, neighbourhood):
+    """Tile probabilities -> the probabilities of every query's window keys.
+
+    Args:
+        probabilities: (batch, tiles, Bq, heads, Rk), or (tiles, Bq, heads, Rk) for position-only heads.
+
+    Returns:
+        (batch, heads, T, K*K), or (heads, T, K*K), in the order of `Neighbourhood.key_indices`.
+    """
+    if ops.ndim(probabilities) == 4:
+        flat = ops.reshape(ops.transpose(probabilities, (2, 0, 1, 3)), (probabilities.shape[2], -1))
+        return ops.take(flat, neighbourhood.window_slot_index, axis=1)
+    batch_flat = ops.transpose(probabilities, (0, 3, 1, 2, 4))  # (batch, heads, tiles, Bq, Rk)
+    flat = ops.reshape(batch_flat, (-1, probabilities.shape[3], int(np.prod(probabilities.shape[1:3]))
+                                    * probabilities.shape[-1]))
+    return ops.take(flat, neighbourhood.window_slot_index, axis=2)
