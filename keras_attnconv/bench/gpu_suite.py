@@ -25,7 +25,6 @@ Runs without TensorFlow (`KERAS_BACKEND=jax`), the way the GPU machine has it.
 
 import json
 import os
-import time
 
 import keras
 import numpy as np
@@ -38,7 +37,9 @@ from keras_attnconv.bench.measure import (
     matmul_step,
     run_in_workers,
 )
+from keras_attnconv.callbacks import Throughput
 from keras_attnconv.models import build_model
+from keras_attnconv.models.attention_classifier import with_attention_options
 from keras_attnconv.models.flops import count_flops
 from keras_attnconv.utils import write_atomically, write_json
 
@@ -50,18 +51,6 @@ GPU_QUICK = {"models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("mixed_
              "paths_of": "quadratic_tiny", "batch": 4, "image_size": 8, "warmup_steps": 1, "steps": 3,
              "fit_images": 8, "matmul": 128}
 PATHS = {"separable": True, "position": False}  # the quadratic model's paths, as the layer's `separable` forces them
-
-
-def _with_attention_path(model, separable):
-    """The same model (weights too) with every attention layer's `separable` argument set."""
-    config = model.get_config()
-    for layer in config["layers"]:
-        if layer["class_name"] == "TransformerEncoderBlock":
-            layer["config"]["attention_options"]["separable"] = separable
-    forced = keras.Model.from_config(config)
-    forced.set_weights(model.get_weights())
-    forced.dtype_policy = model.dtype_policy
-    return forced
 
 
 def _attention_path(model):
@@ -76,24 +65,10 @@ def _build(model, precision, image_size, forced_path=None):
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
     auto_path = _attention_path(built)
     if forced_path is not None:
-        built = _with_attention_path(built, PATHS[forced_path])
+        built = with_attention_options(built, separable=PATHS[forced_path])
     built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     return built, auto_path
-
-
-class _EpochTimer(keras.callbacks.Callback):
-    """Seconds of each epoch; the epoch's end waits for the device, since its logs are read on the host."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self._start)
 
 
 def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_images, forced_path=None, **_):
@@ -114,8 +89,9 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
 
     images = rng.normal(size=(fit_images, image_size, image_size, 3)).astype("float32")
     labels = (np.arange(fit_images) % 10).astype("int32")
-    timer = _EpochTimer()
-    built.fit(images, labels, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[timer])
+    # The epoch's end waits for the device (its logs are read on the host); the first epoch is the warm-up.
+    throughput = Throughput(fit_images)
+    built.fit(images, labels, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[throughput])
     peak_mib, memory_source = device_peak_memory()
     flops_per_step = 3 * count_flops(built).total * batch  # forward + backward ~ 3x the forward pass
     return {
@@ -123,7 +99,7 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
         "auto_path": auto_path,
         "batch": batch, "compile_seconds": compile_seconds["step"], "step_ms": 1e3 * step_seconds,
         "steps_timed": steps,
-        "fit_images_per_second": fit_images / timer.seconds[-1], "fit_images": fit_images,
+        "fit_images_per_second": throughput.images_per_second, "fit_images": fit_images,
         "peak_memory_mib": peak_mib, "memory_source": memory_source,
         "achieved_tflops": flops_per_step / step_seconds / 1e12, "finite_loss": bool(np.isfinite(losses).all()),
     }

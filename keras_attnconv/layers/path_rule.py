@@ -59,11 +59,17 @@ def default_platform():
     return "cpu"
 
 
-def prefers_separable(height, width, platform=None):
-    """Whether separable row/column passes beat the dense position contraction on `platform` (default: this one)."""
+def _checked_platform(platform):
+    """`platform`, or this machine's where None; ValueError naming the argument for anything else."""
     platform = platform or default_platform()
     if platform not in PLATFORMS:
         raise ValueError(f"`platform` must be one of {PLATFORMS}. Received: platform={platform!r}")
+    return platform
+
+
+def prefers_separable(height, width, platform=None):
+    """Whether separable row/column passes beat the dense position contraction on `platform` (default: this one)."""
+    platform = _checked_platform(platform)
     fewer_flops = height + width < height * width
     if platform == "cpu":
         return fewer_flops
@@ -78,16 +84,14 @@ def prefers_windowed(neighbourhood, platform=None):
     """Whether the tiled windowed path beats global attention with a window mask on `platform`.
 
     The tiles score ``neighbourhood.tile_pairs`` (query, key) pairs, global attention ``T^2``,
-    but the tiles pay for gathering their key regions and for smaller matmuls. Measured on a
-    2-core CPU (JAX, XLA, float32; content attention, 9 heads, 400 channels, key_dim 400,
-    batch 2, window 7, forward + backward): 32x32 tokens (pair fraction 0.10) 0.95 s vs 2.83 s
-    global, 64x64 (0.024) 4.2 s vs 36.4 s and 680 vs 4998 MiB of XLA buffers. At 16x16 the
-    tile size rule (`neighbourhood._choose_block`) makes one tile of the whole map, fraction 1,
-    so the global path with a mask runs (0.33 s vs 0.35 s unmasked). Accelerators use the same
-    rule, unmeasured there.
+    but the tiles pay for gathering their key regions and for smaller matmuls. `attnconv bench`
+    measures it (its window7 table, `training/results/bench-cpu-window.md`: content attention,
+    9 heads, key_dim 400, batch 2, window 7, forward + backward on a 2-core CPU): the tiles are
+    2.91x faster than global attention at 32x32 tokens and 8.67x at 64x64, but 0.90x at 16x16,
+    where the tile size rule (`neighbourhood._choose_block`) makes one tile of the whole map
+    (fraction 1), so the global path with a mask runs there. Accelerators use the same rule,
+    unmeasured there (`platform` is only checked).
     """
-    platform = platform or default_platform()
-    if platform not in PLATFORMS:
-        raise ValueError(f"`platform` must be one of {PLATFORMS}. Received: platform={platform!r}")
+    _checked_platform(platform)
     tokens = neighbourhood.height * neighbourhood.width
     return neighbourhood.tile_pairs <= WINDOWED_MAX_PAIR_FRACTION * tokens * tokens

@@ -199,3 +199,19 @@ def build_attention_classifier(config, name=None, dtype=None):
     model = keras.Model(inputs, outputs, name=name or "attention_classifier")
     model.dtype_policy = dtype  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
     return model
+
+
+def with_attention_options(model, **options):
+    """A copy of an attention classifier (weights and dtype policy too) with `options` set on every attention layer.
+
+    E.g. ``with_attention_options(model, separable=False)`` forces the general eq. (8) path.
+    """
+    config = model.get_config()
+    for layer in config["layers"]:
+        if layer["class_name"] == "TransformerEncoderBlock":
+            layer["config"]["attention_options"].update(options)
+    copy = keras.Model.from_config(config)
+    copy.set_weights(model.get_weights())
+    copy.dtype_policy = model.dtype_policy
+    return copy
+

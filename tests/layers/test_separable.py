@@ -9,6 +9,7 @@ from support import randomize_weights, training_calls, value_and_gradients
 from keras_attnconv import build_model
 from keras_attnconv.layers import RelativeMultiHeadAttention, get_position_score
 from keras_attnconv.layers.path_rule import default_platform
+from keras_attnconv.models.attention_classifier import with_attention_options
 
 
 def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=None, alpha=None):
@@ -156,12 +157,7 @@ def test_models_pick_the_fast_path_and_their_outputs_are_unchanged(name, expecte
     model = build_model(name, seed=0, num_layers=1, hidden_dim=8, intermediate_dim=8, image_size=12,
                         position_embedding_dim=8)
     assert model.get_layer("encoder_0").attention.attention_mode == expected
-    config = model.get_config()
-    for layer in config["layers"]:
-        if layer["class_name"] == "TransformerEncoderBlock":
-            layer["config"]["attention_options"]["separable"] = False
-    reference = keras.Model.from_config(config)
-    reference.set_weights(model.get_weights())
+    reference = with_attention_options(model, separable=False)
     assert reference.get_layer("encoder_0").attention.attention_mode in ("position", "content")
     x = np.random.default_rng(0).normal(size=(2, 12, 12, 3)).astype("float32")
     np.testing.assert_allclose(ops.convert_to_numpy(model(x)), ops.convert_to_numpy(reference(x)), atol=1e-5)
