@@ -31,14 +31,15 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
         assert row["fast_ms"] > 0 and row["baseline_ms"] > 0 and row["speedup"] > 0
         assert row["fast_peak_mib"] > 0 and row["baseline_peak_mib"] > 0
         assert row["max_abs_difference"] <= 1e-5  # float32 layers, whatever the global policy
-    assert [row["model"] for row in results["model_memory"]] == list(bench.QUICK["memory_models"])
+    assert [(row["model"], row["batch"], row["options"]) for row in results["model_memory"]] == [
+        (case["name"], case["batch"], case["options"]) for case in bench.QUICK["memory_models"]]
     assert all(row["peak_memory_mib"] > 0 and row["image_size"] == 16 for row in results["model_memory"])
     assert {row["model"] for row in results["models"]} == {"quadratic_tiny", "resnet_tiny"}
     for row in results["models"]:
         assert row["images_per_second"] > 0 and row["matmul_gflops"] > 0 and 0 < row["fraction_of_matmul"]
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| tokens | fast path |") == 2
-    assert "| model | precision |" in table and "| model | peak MiB |" in table
+    assert "| model | precision |" in table and "| model | options | batch | peak MiB |" in table
     assert "speed-up" in capsys.readouterr().out
 
 

@@ -46,16 +46,26 @@ LAYER_COMPARISONS = {
                 "baseline": _CONTENT,
                 "reference": {**_CONTENT, "window": 7, "windowed": False}},
 }
+
+
+def _memory_cases(names, batches):
+    """Model-memory cases (d): each model at each batch, with its registered options."""
+    return [{"name": name, "batch": batch, "options": {}} for name in names for batch in batches]
+
+
 FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "repeats": 5,
         "comparisons": ("separable", "window7"),
         "models": ("quadratic", "learned", "learned_content", "learned_content_local", "resnet18"),
         "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048,
-        "memory_models": ("learned_content_local", "learned_content"), "memory_image_size": 64, "memory_batch": 8}
+        "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
+        + [{"name": "learned_content_local", "batch": batch, "options": {"rematerialize": True}} for batch in (8, 4)],
+        "memory_image_size": 64}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
          "comparisons": ("separable", "window7"),
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
-         "memory_models": ("learned_content_local_tiny", "learned_content_tiny"), "memory_image_size": 16,
-         "memory_batch": 2}
+         "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
+         + [{"name": "learned_content_local_tiny", "batch": 2, "options": {"rematerialize": True}}],
+         "memory_image_size": 16}
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
 
@@ -131,23 +141,28 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
     return rows
 
 
-def model_memory(name, image_size, batch, steps=3):
-    """Peak resident memory (MiB, the whole process, compilation included) of a model training `steps` steps."""
-    model, step = _model_step(name, batch, "float32", image_size=image_size)
+def model_memory(name, image_size, batch, options=None, steps=3):
+    """Peak resident memory (MiB, the whole process, compilation included) of a model training `steps` steps.
+
+    `options` are config fields set on top of the registered model's (e.g. ``{"rematerialize": True}``).
+    """
+    options = options or {}
+    model, step = _model_step(name, batch, "float32", image_size=image_size, **options)
     for _ in range(steps):
         step()
     peak_mib, _ = device_peak_memory()
-    return {"model": name, "image_size": image_size, "batch": batch, "steps": steps, "peak_memory_mib": peak_mib}
+    return {"model": name, "options": options, "image_size": image_size, "batch": batch, "steps": steps,
+            "peak_memory_mib": peak_mib}
 
 
-def model_memory_benchmark(memory_models, memory_image_size, memory_batch, **_):
-    """`model_memory` of each model, each in its own worker process."""
-    return run_in_workers("model-memory", [{"name": name, "image_size": memory_image_size, "batch": memory_batch}
-                                           for name in memory_models], concurrently=False)
+def model_memory_benchmark(memory_models, memory_image_size, **_):
+    """`model_memory` of each case (a dict of name, batch and options), each in its own worker process."""
+    return run_in_workers("model-memory", [{**case, "image_size": memory_image_size} for case in memory_models],
+                          concurrently=False)
 
 
-def _model_step(name, model_batch, precision, image_size=32):
-    model = build_model(name, seed=0, dtype=precision, image_size=image_size)
+def _model_step(name, model_batch, precision, image_size=32, **options):
+    model = build_model(name, seed=0, dtype=precision, image_size=image_size, **options)
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     x = np.random.default_rng(0).normal(size=(model_batch, *model.input_shape[1:])).astype("float32")
@@ -195,6 +210,10 @@ _COMPARISON_TITLES = {
 }
 
 
+def _options_text(options):
+    return ", ".join(f"{key}={value}" for key, value in (options or {}).items()) or "as registered"
+
+
 def markdown_tables(results):
     m = results["machine"]
     settings = results["settings"]
@@ -231,7 +250,8 @@ def markdown_tables(results):
                      f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} | {row['matmul_gflops']:.1f} "
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {ratio:.2f}x |")
     lines += ["", f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
-              f"(batch {settings['memory_batch']}, float32, XLA): peak resident memory of the whole process, "
-              "compilation included:", "", "| model | peak MiB |", "|---|---|"]
-    lines += [f"| `{row['model']}` | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
+              "(float32, XLA, 3 steps): peak resident memory of the whole process, compilation included:", "",
+              "| model | options | batch | peak MiB |", "|---|---|---|---|"]
+    lines += [f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
+              f"| {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
     return "\n".join(lines)

@@ -131,16 +131,33 @@ class LearnedRelativeScore(PositionScore):
         return ops.take(embeddings, (shifts + size - 1).astype("int32"), axis=0)
 
     def windowed_content_position_scores(self, queries, neighbourhood):
-        # Factorised as on the global path: q_row.row_emb[d1] + q_col.col_emb[d2]. Each query meets
-        # the few row (column) shifts its tile spans, then every pair picks its shift's entry.
-        axes = ((self.row_embeddings, self.row_size, neighbourhood.row_shift, queries[..., : self.axis_dim]),
-                (self.col_embeddings, self.col_size, neighbourhood.col_shift, queries[..., self.axis_dim:]))
+        return self.windowed_axis_scores(
+            lambda part, table: ops.einsum("bnihe,se->bnihs", queries[..., part], ops.cast(table, queries.dtype)),
+            neighbourhood)
+
+    def windowed_axis_scores(self, per_shift_scores, neighbourhood):
+        """The content-position term on the tile pairs, from its scores per row and per column shift.
+
+        Factorised as on the global path: q_row.row_emb[d1] + q_col.col_emb[d2]. Each query meets
+        the few row (column) shifts its map spans, then every pair picks its shift's entry.
+
+        Args:
+            per_shift_scores: ``(part, table) -> (batch, tiles, Bq, heads, shifts)``, the queries'
+                encoding channels `part` (a slice: the row or the column half) against a float32
+                (shifts, axis_dim) table of that axis' embeddings.
+            neighbourhood: the grid's `Neighbourhood`.
+
+        Returns:
+            float32 (batch, tiles, Bq, heads, Rk).
+        """
+        axes = ((self.row_embeddings, self.row_size, neighbourhood.row_shift, slice(0, self.axis_dim)),
+                (self.col_embeddings, self.col_size, neighbourhood.col_shift, slice(self.axis_dim, self.encoding_dim)))
         total = 0.0
-        for embeddings, size, shift, axis_queries in axes:
+        for embeddings, size, shift, part in axes:
             low = int(shift.min())
             table = self._shift_table(embeddings, size, np.arange(low, int(shift.max()) + 1),
                                       neighbourhood.height, neighbourhood.width)
-            per_shift = ops.einsum("bnihe,se->bnihs", axis_queries, ops.cast(table, queries.dtype))
+            per_shift = per_shift_scores(part, table)
             index = (shift - low)[None, :, :, None, :]  # (1, tiles, Bq, 1, Rk)
             total = total + ops.take_along_axis(ops.cast(per_shift, "float32"), index, axis=-1)
         return total

@@ -1,5 +1,7 @@
 """Multi-head self-attention over pixels with relative position scores, eq. (8)."""
 
+import functools
+
 import keras
 import numpy as np
 from keras import ops
@@ -101,6 +103,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             window times a column window) where that path is preferred; True
             forces the windowed path, False forces the global path with an
             additive -inf mask outside the windows (the reference).
+        rematerialize: bool, on the windowed path, recompute the per-head
+            ``(batch, T, heads, C)`` tensors of the scores and of the context
+            in the backward pass (`keras.remat`) instead of keeping them from
+            the forward pass: only the ``(batch, heads, T, window keys)``
+            probabilities are kept. Saves memory in deep models and on large
+            maps (`attnconv bench` measures it) for about one more forward
+            pass of the attention. No effect on other paths.
 
     Call arguments:
         inputs: tensor (batch, H, W, C) with static H, W, C; integer inputs
@@ -147,6 +156,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         window=None,
         dilation=1,
         windowed="auto",
+        rematerialize=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -198,6 +208,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.dilation = dilation_pair(dilation)
         self._check_window_arguments(windowed)
         self.windowed = windowed
+        if not isinstance(rematerialize, bool):
+            raise ValueError(f"`rematerialize` must be True or False. Received: rematerialize={rematerialize!r}")
+        self.rematerialize = rematerialize
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
         # The separable path drops row and column links independently, each with the rate that
         # keeps a (query, key) link with probability 1 - dropout, as the general path does.
@@ -440,16 +453,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
         neighbourhood = self.neighbourhood(height, width)
         if mode.startswith("windowed"):
-            region = windowed_attention.gather_region(tokens, neighbourhood)
-            scores = windowed_attention.windowed_scores(self, tokens, region, neighbourhood)
+            # Two pieces around the dropout (whose random draw must not be repeated): with
+            # `rematerialize`, the per-head (batch, T, heads, C) tensors inside each are recomputed
+            # in the backward pass instead of kept; only the probabilities are kept.
+            piece = keras.remat if self.rematerialize else (lambda function: function)
+            probabilities = piece(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
+            dropped = self.dropout_layer(probabilities, training=training)
+            outputs = piece(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
         else:
-            scores = self._scores(tokens, height, width)
-        # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
-        probabilities = ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
-        dropped = self.dropout_layer(probabilities, training=training)
-        if mode.startswith("windowed"):
-            outputs = windowed_attention.windowed_outputs(self, dropped, region, neighbourhood)
-        else:
+            probabilities = self._softmax(self._scores(tokens, height, width))
+            dropped = self.dropout_layer(probabilities, training=training)
             outputs = self._attend(ops.cast(dropped, tokens.dtype), tokens)
         if self.output_bias is not None:
             outputs = outputs + self.output_bias
@@ -463,6 +476,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         else:
             window = _window_entries(probabilities, neighbourhood)
         return outputs, (_per_example(window, inputs), ops.convert_to_tensor(neighbourhood.key_indices))
+
+    def _softmax(self, scores):
+        # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
+        return ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
+
+    def _windowed_probabilities(self, neighbourhood, tokens):
+        region = windowed_attention.gather_region(tokens, neighbourhood)
+        return self._softmax(windowed_attention.windowed_scores(self, tokens, region, neighbourhood))
+
+    def _windowed_outputs(self, neighbourhood, probabilities, tokens):
+        region = windowed_attention.gather_region(tokens, neighbourhood)
+        return windowed_attention.windowed_outputs(self, probabilities, region, neighbourhood)
 
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
         """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""
@@ -578,6 +603,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             "window": self.window,
             "dilation": self.dilation,
             "windowed": self.windowed,
+            "rematerialize": self.rematerialize,
         })
         return config
 

@@ -33,15 +33,38 @@ def keys_from_inputs(layer):
     return layer.input_dim <= layer.key_dim
 
 
-def _folds_query_key(layer, tokens):
-    """Whether the content-content term uses ``Wq_h Wk_h^T`` as one kernel (with keys from the inputs).
+def _folds_queries(layer, token_shape, neighbourhood):
+    """Whether the queries are folded into the kernels that consume them: no (batch, T, heads, key_dim) queries.
 
-    Forming it costs ``heads * C * key_dim * C`` per call, once; it saves the query projection,
-    ``tokens * heads * C * key_dim`` per example, and its (batch, T, heads, key_dim) tensor. Only
-    when nothing else needs the queries (no content-position term).
+    Content-content: ``s Wq_h Wk_h^T`` as one (C, heads, C) kernel against the input region
+    (needs keys from the inputs). Content-position, for scores with per-axis shift tables
+    (`LearnedRelativeScore.windowed_axis_scores`): ``s Wq_h E^T`` for the row and column tables
+    ``E``, a (C, heads, shifts) kernel. Folded, a query costs ``C * heads * (C + shifts)``
+    multiply-adds instead of ``C * heads * key_dim`` for its projection plus the terms'
+    ``heads * key_dim * C`` and ``heads * axis_dim * shifts``; forming the kernels costs about
+    as much once per call, so the call must have more tokens (all examples: the batch when it is
+    static, else one example) than the input has channels.
+
+    Args:
+        token_shape: (batch or None, T, C), the shape of the tokens.
     """
-    return (keys_from_inputs(layer) and layer.use_content_content and not layer.use_content_position
-            and tokens > layer.input_dim)
+    content_content, content_position = layer.use_content_content, layer.use_content_position
+    batch, tokens = token_shape[0] or 1, token_shape[1]
+    if not (content_content or content_position) or batch * tokens <= layer.input_dim:
+        return False
+    if content_content and not keys_from_inputs(layer):
+        return False
+    shifts = 0
+    if content_position:
+        if layer.position_key_projection or not hasattr(layer.position_score, "windowed_axis_scores"):
+            return False
+        shifts = sum(int(shift.max() - shift.min()) + 1 for shift in (neighbourhood.row_shift, neighbourhood.col_shift))
+    channels, heads, key_dim = layer.input_dim, layer.num_heads, layer.key_dim
+    folded = channels * heads * ((channels if content_content else 0) + shifts)
+    unfolded = channels * heads * key_dim + (heads * key_dim * channels if content_content else 0)
+    if content_position:
+        unfolded += heads * layer.position_score.axis_dim * shifts
+    return folded < unfolded
 
 
 def windowed_scores(layer, tokens, region, neighbourhood):
@@ -88,10 +111,10 @@ def _content_terms(layer, tokens, region, neighbourhood):
     dtype = tokens.dtype
     scale = ops.cast(layer._scale, dtype)
     content = 0.0
-    fold = _folds_query_key(layer, tokens.shape[1])
+    fold = _folds_queries(layer, tokens.shape, neighbourhood)
     if layer.use_content_content or layer.use_content_position:
         query_tokens = ops.take(tokens, neighbourhood.query_index, axis=1)  # (batch, tiles, Bq, C)
-    if layer.use_content_position or (layer.use_content_content and not fold):
+    if (layer.use_content_position or layer.use_content_content) and not fold:
         queries = ops.einsum("bnic,chd->bnihd", query_tokens, layer.query_kernel)
         if layer.query_bias is not None:
             queries = queries + layer.query_bias
@@ -113,7 +136,8 @@ def _content_terms(layer, tokens, region, neighbourhood):
                 key_bias = ops.einsum("bnrc,ch->bnhr", region, key_vectors)
                 content = content + ops.cast(key_bias * scale, "float32")[:, :, None]
             if layer.key_bias is not None:
-                content = content + _key_bias_constants(layer, query_tokens if fold else None,
+                content = content + _key_bias_constants(layer, query_tokens if fold and layer.use_content_content
+                                                        else None,
                                                         queries if not fold and layer.use_content_content else None)
         else:
             keys = ops.einsum("btc,chd->bthd", tokens, layer.key_kernel)
@@ -127,12 +151,32 @@ def _content_terms(layer, tokens, region, neighbourhood):
                 content = content + ops.cast(key_bias * scale, "float32")[:, :, None]
     if layer.use_content_position:
         score = layer.position_score
-        if layer.position_key_projection:
-            position_queries = ops.einsum("bnihd,hde->bnihe", queries, layer.position_key_kernel)
+        if fold:
+            content = content + score.windowed_axis_scores(
+                lambda part, table: _folded_per_shift_scores(layer, query_tokens, part, table), neighbourhood)
         else:
-            position_queries = queries[..., : score.encoding_dim]
-        content = content + score.windowed_content_position_scores(position_queries, neighbourhood)
+            if layer.position_key_projection:
+                position_queries = ops.einsum("bnihd,hde->bnihe", queries, layer.position_key_kernel)
+            else:
+                position_queries = queries[..., : score.encoding_dim]
+            content = content + score.windowed_content_position_scores(position_queries, neighbourhood)
     return content
+
+
+def _folded_per_shift_scores(layer, query_tokens, part, table):
+    """``q_h[part] . e`` for every row ``e`` (a shift) of `table`, with ``q = s (X Wq + b_q)`` folded into a kernel.
+
+    Returns (batch, tiles, Bq, heads, shifts) in the tokens' dtype. ``part`` picks the query channels
+    that meet the table (`LearnedRelativeScore.windowed_axis_scores`).
+    """
+    dtype = query_tokens.dtype
+    scale = ops.cast(layer._scale, dtype)
+    table = ops.cast(table, dtype)
+    kernel = ops.einsum("chd,sd->chs", layer.query_kernel[..., part], table) * scale
+    scores = ops.einsum("bnic,chs->bnihs", query_tokens, kernel)
+    if layer.query_bias is not None:
+        scores = scores + ops.einsum("hd,sd->hs", layer.query_bias[..., part], table) * scale
+    return scores
 
 
 def _key_bias_constants(layer, query_tokens, queries):

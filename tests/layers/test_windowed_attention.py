@@ -23,6 +23,7 @@ from keras_attnconv.layers import (
     RelativeMultiHeadAttention,
     SirenScore,
     TransformerEncoderBlock,
+    windowed_attention,
 )
 from keras_attnconv.layers.neighbourhood import Neighbourhood, get_neighbourhood
 
@@ -305,6 +306,8 @@ def test_path_choice_by_cost_and_forced_modes():
     ({"windowed": True}, "windowed=True"),
     ({"window": 3, "windowed": True, "separable": True}, "separable=True"),
     ({"window": 3, "windowed": "yes"}, "windowed='yes'"),
+    ({"window": 3, "rematerialize": "yes"}, "rematerialize='yes'"),
+    ({"window": 3, "rematerialize": 1}, "rematerialize=1"),
     ({"window": 3, "attention_span": {"max_window": 5}}, r"window=\(3, 3\)"),
 ])
 def test_bad_window_arguments_are_named(kwargs, message):
@@ -363,3 +366,78 @@ def test_configs_without_window_arguments_load_as_global_attention():
     assert restored.window is None and restored.window_spec is None
     windowed = RelativeMultiHeadAttention(HEADS, window=(3, 5), dilation=2)
     assert RelativeMultiHeadAttention.from_config(windowed.get_config()).get_config() == windowed.get_config()
+
+
+@pytest.mark.parametrize("score, training", [("learned_all_terms", False), ("content_folded", True)])
+def test_rematerialized_windowed_path_has_the_same_values_and_gradients(score, training):
+    """`rematerialize` recomputes in the backward pass; with dropout, the same mask as the kept tensors had."""
+    shape = (2, 6, 7, CHANNELS)
+    layers = []
+    for rematerialize in (False, True):
+        keras.utils.set_random_seed(3)  # the same dropout seed for both layers
+        layers.append(RelativeMultiHeadAttention(HEADS, window=3, windowed=True, separable=False, dropout=0.3,
+                                                 rematerialize=rematerialize, **SCORES[score]()))
+        layers[-1].build(shape)
+    randomize_weights(layers[0], scale=0.4)
+    layers[1].set_weights(layers[0].get_weights())
+    x = np.random.default_rng(4).normal(size=shape).astype("float32")
+    (kept_y, kept_grads), (recomputed_y, recomputed_grads) = (
+        value_and_gradients(layer, x, training=training) for layer in layers)
+    np.testing.assert_allclose(ops.convert_to_numpy(recomputed_y), ops.convert_to_numpy(kept_y), atol=1e-6)
+    names = ["inputs", *(v.name for v in layers[0].trainable_variables)]
+    for name, a, b in zip(names, as_numpy(recomputed_grads), as_numpy(kept_grads)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="residuals are read from a jax.vjp function")
+def test_rematerialized_windowed_path_keeps_no_per_head_tensor_for_the_backward_pass():
+    """With `rematerialize`, nothing larger than the tile probabilities, the inputs or a kernel is kept.
+
+    Without it, the per-head (batch, T, heads, C) tensors are kept: the check discriminates.
+    """
+    import jax
+
+    shape = (2, 8, 8, 32)
+    biggest = {}
+    for rematerialize in (False, True):
+        layer = RelativeMultiHeadAttention(4, window=3, windowed=True, position_score=None, use_content_content=True,
+                                           use_position_bias=False, rematerialize=rematerialize)
+        layer.build(shape)
+        trainable = [v.value for v in layer.trainable_variables]
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+
+        def loss(values, inputs):
+            return jax.numpy.sum(layer.stateless_call(values, non_trainable, inputs)[0] ** 2)
+
+        # The leaves of a VJP function are the residuals it keeps for the backward pass.
+        _, backward = jax.vjp(loss, trainable, np.ones(shape, "float32"))
+        biggest[rematerialize] = max(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(backward))
+    tile_probabilities = shape[0] * 4 * get_neighbourhood(8, 8, (3, 3)).tile_pairs  # (batch, tiles, Bq, heads, Rk)
+    allowed = max(tile_probabilities, int(np.prod(shape)), *(int(np.prod(v.shape)) for v in trainable))
+    assert biggest[True] <= allowed < biggest[False]
+
+
+def test_rematerialize_is_kept_in_the_config():
+    layer = RelativeMultiHeadAttention(HEADS, window=3, use_content_content=True, rematerialize=True)
+    config = layer.get_config()
+    assert config["rematerialize"] is True
+    assert RelativeMultiHeadAttention.from_config(config).rematerialize is True
+    del config["rematerialize"]  # a config saved before the option existed
+    assert RelativeMultiHeadAttention.from_config(config).rematerialize is False
+
+
+@pytest.mark.parametrize("terms", [{"use_content_content": True}, {}], ids=["content_content", "content_position"])
+def test_folded_learned_content_position_equals_the_masked_global_path(terms):
+    """Queries folded into the kernels (`_folds_queries`): the content-position term against per-axis shift tables."""
+    shape = (2, 6, 7, CHANNELS)
+    windowed, masked = layer_pair("learned", shape, 3, 1, use_content_position=True, use_position_bias=False,
+                                  key_dim=16, **terms)
+    nb = get_neighbourhood(6, 7, (3, 3))
+    assert windowed_attention._folds_queries(windowed, (None, 42, CHANNELS), nb)
+    x = np.random.default_rng(2).normal(size=shape).astype("float32")
+    (windowed_y, windowed_grads), (masked_y, masked_grads) = (value_and_gradients(layer, x)
+                                                              for layer in (windowed, masked))
+    np.testing.assert_allclose(ops.convert_to_numpy(windowed_y), ops.convert_to_numpy(masked_y), atol=1e-5)
+    names = ["inputs", *(v.name for v in windowed.trainable_variables)]
+    for name, a, b in zip(names, as_numpy(windowed_grads), as_numpy(masked_grads)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=name)
