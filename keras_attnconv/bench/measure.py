@@ -100,7 +100,12 @@ def device_peak_memory():
 
         if torch.cuda.is_available():
             return torch.cuda.max_memory_allocated() / 2**20, "device allocator peak"
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    try:
+        # VmHWM belongs to this program's memory map, new at exec; ru_maxrss also counts the peak of
+        # the parent process this worker was forked from (Linux keeps it across fork and exec).
+        peak_kib = _memory_kib("VmHWM")
+    except OSError:
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, the best elsewhere
     return peak_kib / 1024, "process peak resident set (no accelerator)"
 
 

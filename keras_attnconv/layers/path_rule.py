@@ -87,10 +87,10 @@ def prefers_windowed(neighbourhood, platform=None):
     but the tiles pay for gathering their key regions and for smaller matmuls. `attnconv bench`
     measures it (its window7 table, `training/results/bench-cpu-window.md`: content attention,
     9 heads, key_dim 400, batch 2, window 7, forward + backward on a 2-core CPU): the tiles are
-    2.91x faster than global attention at 32x32 tokens and 8.67x at 64x64, but 0.90x at 16x16,
-    where the tile size rule (`neighbourhood._choose_block`) makes one tile of the whole map
-    (fraction 1), so the global path with a mask runs there. Accelerators use the same rule,
-    unmeasured there (`platform` is only checked).
+    1.15x faster than global attention at 16x16 tokens (tiles of 4x4 queries, 0.39 of the pairs),
+    2.74x at 32x32 and 8.73x at 64x64. Where one tile would cover the map (a fraction of 1, e.g.
+    a 7x7 window on 8x8 tokens), the global path with a mask runs. Accelerators use the same
+    rule, unmeasured there (`platform` is only checked).
     """
     _checked_platform(platform)
     tokens = neighbourhood.height * neighbourhood.width
