@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
-from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features
+from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
 from keras_attnconv.utils import check_positive_int
 
 
@@ -158,8 +158,7 @@ class LearnedRelativeScore(PositionScore):
             table = self._shift_table(embeddings, size, np.arange(low, int(shift.max()) + 1),
                                       neighbourhood.height, neighbourhood.width)
             per_shift = per_shift_scores(part, table)
-            index = (shift - low)[None, :, :, None, :]  # (1, tiles, Bq, 1, Rk)
-            total = total + ops.take_along_axis(ops.cast(per_shift, "float32"), index, axis=-1)
+            total = total + take_per_pair(ops.cast(per_shift, "float32"), shift - low)
         return total
 
     def get_config(self):

@@ -453,13 +453,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         tokens = ops.reshape(inputs, (-1, height * width, self.input_dim))
         neighbourhood = self.neighbourhood(height, width)
         if mode.startswith("windowed"):
-            # Two pieces around the dropout (whose random draw must not be repeated): with
-            # `rematerialize`, the per-head (batch, T, heads, C) tensors inside each are recomputed
-            # in the backward pass instead of kept; only the probabilities are kept.
-            piece = keras.remat if self.rematerialize else (lambda function: function)
-            probabilities = piece(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
-            dropped = self.dropout_layer(probabilities, training=training)
-            outputs = piece(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
+            probabilities, outputs = self._call_windowed(tokens, neighbourhood, training)
         else:
             probabilities = self._softmax(self._scores(tokens, height, width))
             dropped = self.dropout_layer(probabilities, training=training)
@@ -481,8 +475,25 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
         return ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
 
-    def _windowed_probabilities(self, neighbourhood, tokens):
-        region = windowed_attention.gather_region(tokens, neighbourhood)
+    def _call_windowed(self, tokens, neighbourhood, training):
+        """(probabilities before dropout, outputs before the bias) on the tiled windowed path."""
+        if not self.rematerialize:
+            # One gather of the key regions serves the scores and the outputs (a region repeats
+            # every key for about Rk / Bq tiles: the largest input-sized tensor of the path).
+            region = windowed_attention.gather_region(tokens, neighbourhood)
+            probabilities = self._windowed_probabilities(neighbourhood, tokens, region)
+            dropped = self.dropout_layer(probabilities, training=training)
+            return probabilities, windowed_attention.windowed_outputs(self, dropped, region, neighbourhood)
+        # Two pieces around the dropout (whose random draw must not be repeated), each recomputed
+        # in the backward pass from the tokens, regions and per-head (batch, T, heads, C) tensors
+        # included; only the probabilities are kept.
+        probabilities = keras.remat(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
+        dropped = self.dropout_layer(probabilities, training=training)
+        return probabilities, keras.remat(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
+
+    def _windowed_probabilities(self, neighbourhood, tokens, region=None):
+        if region is None:
+            region = windowed_attention.gather_region(tokens, neighbourhood)
         return self._softmax(windowed_attention.windowed_scores(self, tokens, region, neighbourhood))
 
     def _windowed_outputs(self, neighbourhood, probabilities, tokens):

@@ -23,9 +23,23 @@ import numpy as np
 from keras import ops
 
 
+def take_tokens(tokens, index):
+    """``tokens[:, index]`` for (batch, T, C) tokens: (batch, *index.shape, C), laid out as it is indexed.
+
+    A gather of whole rows from the (batch * T, C) tokens. `ops.take` along axis 1 gathers with the
+    batch inside each row instead, and XLA then copies the result into the batch-major layout the
+    matmuls need: one more region-sized buffer (content attention, 9 heads, C = key_dim = 400,
+    batch 2, 64x64 tokens, 7x7 window: the compiled training step took 516 instead of 398 MiB).
+    """
+    length, channels = tokens.shape[1], tokens.shape[2]
+    first_rows = ops.arange(ops.shape(tokens)[0], dtype="int32") * length
+    rows = ops.reshape(first_rows, (-1,) + (1,) * index.ndim) + index
+    return ops.take(ops.reshape(tokens, (-1, channels)), rows, axis=0)
+
+
 def gather_region(tokens, neighbourhood):
     """The keys' input tokens of every tile: (batch, tiles, Rk, C), in the tokens' dtype."""
-    return ops.take(tokens, neighbourhood.region_index, axis=1)
+    return take_tokens(tokens, neighbourhood.region_index)
 
 
 def keys_from_inputs(layer):
@@ -113,7 +127,7 @@ def _content_terms(layer, tokens, region, neighbourhood):
     content = 0.0
     fold = _folds_queries(layer, tokens.shape, neighbourhood)
     if layer.use_content_content or layer.use_content_position:
-        query_tokens = ops.take(tokens, neighbourhood.query_index, axis=1)  # (batch, tiles, Bq, C)
+        query_tokens = take_tokens(tokens, neighbourhood.query_index)  # (batch, tiles, Bq, C)
     if (layer.use_content_position or layer.use_content_content) and not fold:
         queries = ops.einsum("bnic,chd->bnihd", query_tokens, layer.query_kernel)
         if layer.query_bias is not None:
@@ -215,7 +229,7 @@ def windowed_outputs(layer, probabilities, region, neighbourhood):
     outputs = ops.einsum("bnihc,hco->bnio", context, layer.output_kernel)
     tiles, queries = neighbourhood.query_index.shape
     outputs = ops.reshape(outputs, (-1, tiles * queries, outputs.shape[-1]))
-    return ops.take(outputs, neighbourhood.untile_index, axis=1)
+    return take_tokens(outputs, neighbourhood.untile_index)
 
 
 def window_probabilities(probabilities, neighbourhood):

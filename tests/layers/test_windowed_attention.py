@@ -26,6 +26,7 @@ from keras_attnconv.layers import (
     windowed_attention,
 )
 from keras_attnconv.layers.neighbourhood import Neighbourhood, get_neighbourhood
+from keras_attnconv.layers.shift_geometry import take_per_pair
 
 HEADS, CHANNELS = 2, 5
 
@@ -93,6 +94,19 @@ def test_2d_windows_and_tiles_follow_natten(height, width, window, dilation):
     # Cost O(T K^2): far fewer pairs than T^2 on large maps.
     if tokens >= 1024:
         assert nb.tile_pairs < 0.05 * tokens**2
+
+
+def test_the_tiled_paths_gathers_are_plain_indexing():
+    """`take_tokens` and `take_per_pair` (laid out for XLA's matmuls) read what NumPy indexing reads."""
+    rng = np.random.default_rng(0)
+    neighbourhood = get_neighbourhood(7, 9, (3, 5))
+    tokens = rng.normal(size=(2, 7 * 9, CHANNELS)).astype("float32")
+    region = windowed_attention.take_tokens(tokens, neighbourhood.region_index)
+    np.testing.assert_array_equal(ops.convert_to_numpy(region), tokens[:, neighbourhood.region_index])
+    shift = neighbourhood.col_shift - neighbourhood.col_shift.min()  # (tiles, Bq, Rk) in [0, shifts)
+    per_shift = rng.normal(size=(2, *shift.shape[:2], HEADS, shift.max() + 1)).astype("float32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(take_per_pair(per_shift, shift)),
+                                  np.take_along_axis(per_shift, shift[None, :, :, None, :], axis=-1))
 
 
 def test_a_flat_window_covers_consecutive_tokens():
