@@ -3,12 +3,14 @@
 (a) the attention layer, forward + backward, at growing token grids, each
     fast path against its baseline (`LAYER_COMPARISONS`: the separable passes
     vs the general eq. (8) path; a 7x7 neighbourhood vs global content
-    attention): time ratio, peak memory of each (measured in a fresh worker
-    process per case), max abs difference to what the fast path must equal;
+    attention): time ratio, the memory of each compiled step (XLA's buffer
+    assignment, `measure.largest_program_mib`, in a fresh worker process per
+    case), max abs difference to what the fast path must equal;
 (b) training-step throughput of the paper's models against ResNet-18;
 (c) each step's achieved GFLOP/s as a fraction of a large matmul's, measured
     in the same run;
-(d) the peak memory of training local and global models on large images.
+(d) the memory of training local and global models on large images: the
+    compiled step's and the whole process' peak (compilation included).
 
 Only `keras`, `keras.ops` and NumPy are used, so the benchmark runs on any
 backend. Times on a shared machine are noisy: compare the ratios, not the
@@ -21,13 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.bench.measure import (
-    device_peak_memory,
-    interleaved,
-    matmul_step,
-    process_peak_rise_mib,
-    run_in_workers,
-)
+from keras_attnconv.bench.measure import device_peak_memory, interleaved, matmul_step, run_in_workers
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
@@ -86,15 +82,14 @@ def _layer_step(size, hidden, heads, batch, layer, seed=0):
 
 
 def layer_memory(size, hidden, heads, batch, layer, seed=0):
-    """Peak memory (MiB) of the layer's forward + backward step, and the path it took.
+    """Compiles and runs the layer's forward + backward step once; the path it took.
 
-    Peak memory is the rise of the process' resident set during two steps
-    after compilation (Linux); elsewhere, during compilation and steps. Run
-    in a fresh process (`run_in_workers`) so that the peak is this case's own.
+    Run in a worker with ``program_memory`` (`run_in_workers`): the memory
+    of the step is what XLA assigned to the compiled program.
     """
     model, step = _layer_step(size, hidden, heads, batch, layer, seed)
     step()
-    return {"peak_memory_mib": process_peak_rise_mib(step), "mode": model.get_layer("attention").attention_mode}
+    return {"mode": model.get_layer("attention").attention_mode}
 
 
 def _max_difference(size, hidden, heads, fast, reference, seed=0):
@@ -117,7 +112,8 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
     memory = []
     for name, shape in pairs:
         memory += run_in_workers("layer-memory", [{**shape, "layer": LAYER_COMPARISONS[name][path]}
-                                                  for path in ("fast", "baseline")], concurrently=True)
+                                                  for path in ("fast", "baseline")],
+                                 concurrently=True, program_memory=True)
     memory = iter(memory)
     rows = []
     for name, shape in pairs:
@@ -132,8 +128,8 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
             "fast_ms": 1e3 * seconds["fast"],
             "baseline_ms": 1e3 * seconds["baseline"],
             "speedup": seconds["baseline"] / seconds["fast"],
-            "fast_peak_mib": fast_memory["peak_memory_mib"],
-            "baseline_peak_mib": baseline_memory["peak_memory_mib"],
+            "fast_step_mib": fast_memory["program_mib"],
+            "baseline_step_mib": baseline_memory["program_mib"],
             "max_abs_difference": _max_difference(size, hidden, heads, comparison["fast"], comparison["reference"]),
             "fast_mode": fast_memory["mode"],
             "baseline_mode": baseline_memory["mode"],
@@ -143,6 +139,8 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
 
 def model_memory(name, image_size, batch, options=None, steps=3):
     """Peak resident memory (MiB, the whole process, compilation included) of a model training `steps` steps.
+
+    Run in a worker with ``program_memory`` (`model_memory_benchmark`), which adds the compiled step's own.
 
     `options` are config fields set on top of the registered model's (e.g. ``{"rematerialize": True}``).
     """
@@ -157,8 +155,9 @@ def model_memory(name, image_size, batch, options=None, steps=3):
 
 def model_memory_benchmark(memory_models, memory_image_size, **_):
     """`model_memory` of each case (a dict of name, batch and options), each in its own worker process."""
-    return run_in_workers("model-memory", [{**case, "image_size": memory_image_size} for case in memory_models],
-                          concurrently=False)
+    rows = run_in_workers("model-memory", [{**case, "image_size": memory_image_size} for case in memory_models],
+                          concurrently=False, program_memory=True)
+    return [{**row, "step_mib": row.pop("program_mib")} for row in rows]
 
 
 def _model_step(name, model_batch, precision, image_size=32, **options):
@@ -210,6 +209,15 @@ _COMPARISON_TITLES = {
 }
 
 
+def _mib(value):
+    """A MiB figure for the tables; "-" where the backend did not report it (no XLA)."""
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _ratio(baseline, fast):
+    return "-" if baseline is None or fast is None else f"{baseline / fast:.1f}x"
+
+
 def _options_text(options):
     return ", ".join(f"{key}={value}" for key, value in (options or {}).items()) or "as registered"
 
@@ -225,9 +233,10 @@ def markdown_tables(results):
         lines += [
             "",
             f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}, "
-            f"batch {settings['layer_batch']}), forward + backward, XLA: {_COMPARISON_TITLES[name]}.",
+            f"batch {settings['layer_batch']}), forward + backward, XLA: {_COMPARISON_TITLES[name]}. "
+            "Step MiB: what XLA assigned to the compiled step (its buffer assignment).",
             "",
-            "| tokens | fast path | fast ms | baseline ms | speed-up | fast peak MiB | baseline peak MiB "
+            "| tokens | fast path | fast ms | baseline ms | speed-up | fast step MiB | baseline step MiB "
             "| memory ratio | max abs diff |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -235,8 +244,9 @@ def markdown_tables(results):
             if row["comparison"] == name:
                 lines.append(f"| {row['tokens']} | {row['fast_mode']} | {row['fast_ms']:.1f} "
                              f"| {row['baseline_ms']:.1f} "
-                             f"| {row['speedup']:.2f}x | {row['fast_peak_mib']:.0f} | {row['baseline_peak_mib']:.0f} "
-                             f"| {row['baseline_peak_mib'] / max(row['fast_peak_mib'], 1e-9):.1f}x "
+                             f"| {row['speedup']:.2f}x | {_mib(row['fast_step_mib'])} "
+                             f"| {_mib(row['baseline_step_mib'])} "
+                             f"| {_ratio(row['baseline_step_mib'], row['fast_step_mib'])} "
                              f"| {row['max_abs_difference']:.1e} |")
     matmul = settings["matmul"]
     lines += ["", f"Training step (batch {settings['model_batch']}, XLA), in turns with a {matmul}x{matmul} "
@@ -250,8 +260,9 @@ def markdown_tables(results):
                      f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} | {row['matmul_gflops']:.1f} "
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {ratio:.2f}x |")
     lines += ["", f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
-              "(float32, XLA, 3 steps): peak resident memory of the whole process, compilation included:", "",
-              "| model | options | batch | peak MiB |", "|---|---|---|---|"]
+              "(float32, XLA, 3 steps): the compiled step's memory, and the peak resident memory of the whole "
+              "process (framework and compilation included):", "",
+              "| model | options | batch | step MiB | process peak MiB |", "|---|---|---|---|---|"]
     lines += [f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
-              f"| {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
+              f"| {_mib(row.get('step_mib'))} | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
     return "\n".join(lines)

@@ -4,13 +4,18 @@ Only `keras`, `keras.ops` and NumPy (and the backend's own memory counters)
 are used, so every suite runs on any backend, with or without TensorFlow.
 """
 
+import glob
 import json
 import os
+import pathlib
 import platform
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import keras
@@ -54,27 +59,29 @@ def _memory_kib(field):
     raise OSError(field)
 
 
-def reset_process_peak():
-    """Resets VmHWM to the current RSS (Linux 4.0+); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+_ALLOCATION_BYTES = re.compile(r"^allocation \d+: size (\d+)", re.MULTILINE)
 
 
-def process_peak_rise_mib(step, calls=2):
-    """Rise of the process' peak resident set (MiB) over `calls` calls of an already compiled `step`."""
-    if reset_process_peak():
-        baseline = _memory_kib("VmRSS")
-        for _ in range(calls):
-            step()
-        return (_memory_kib("VmHWM") - baseline) / 1024
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(calls):
-        step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline) / 1024
+def xla_dump_flags(directory):
+    """XLA_FLAGS options that make XLA write the buffer assignment of every program it compiles to `directory`."""
+    return f"--xla_dump_to={directory} --xla_dump_hlo_as_text"
+
+
+def largest_program_mib(directory):
+    """Memory (MiB) that XLA assigned to the largest program dumped in `directory`, or None if none was.
+
+    XLA plans every buffer of a compiled program ahead of running it (its
+    buffer assignment: the sizes of its allocations for arguments, outputs,
+    constants and the temporaries at their peak, as packed; TensorFlow's XLA
+    prints their sum as "Total bytes used"). For a compiled training step this
+    is the step's own memory, exact and the same on every run: no allocator
+    caching, no framework or compiler memory, which a process' resident set
+    mixes in (TensorFlow keeps a compiled step's buffers between steps, so
+    the resident set barely rises after the first step).
+    """
+    sizes = [sum(int(size) for size in _ALLOCATION_BYTES.findall(pathlib.Path(path).read_text()))
+             for path in glob.glob(os.path.join(directory, "*buffer-assignment.txt"))]
+    return max(sizes) / 2**20 if sizes else None
 
 
 def device_peak_memory():
@@ -138,27 +145,41 @@ def matmul_step(n, dtype):
     return lambda: ops.convert_to_numpy(ops.matmul(a, a)[0, 0])
 
 
-def run_in_workers(kind, cases, concurrently):
+def run_in_workers(kind, cases, concurrently, program_memory=False):
     """Runs `python -m keras_attnconv.bench <kind> CASE` for each case in its own fresh process; their JSON results.
 
     A fresh process per case makes each peak memory the case's own and each
     compile time a cold one. Workers run all at once only where that cannot
     distort what they measure (memory on a CPU); on an accelerator one at a
-    time, since they share it.
+    time, since they share it. With `program_memory`, each result also gets
+    ``"program_mib"``: `largest_program_mib` of what the worker compiled
+    (None where the backend does not compile with XLA).
     """
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    dumps = tempfile.mkdtemp(prefix="attnconv-xla-") if program_memory else None
 
-    def start(case):
+    def start(index, case):
+        worker_env = dict(env)
+        if program_memory:
+            flags = xla_dump_flags(os.path.join(dumps, str(index)))
+            worker_env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
         return subprocess.Popen([sys.executable, "-m", "keras_attnconv.bench", kind, json.dumps(case)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=worker_env)
 
-    def result(case, worker):
+    def result(index, case, worker):
         stdout, stderr = worker.communicate()
         if worker.returncode != 0:
             raise RuntimeError(f"benchmark worker failed for {case}:\n{stderr[-3000:]}")
-        return json.loads(stdout.strip().splitlines()[-1])
+        output = json.loads(stdout.strip().splitlines()[-1])
+        if program_memory:
+            output["program_mib"] = largest_program_mib(os.path.join(dumps, str(index)))
+        return output
 
-    if concurrently:
-        workers = [start(case) for case in cases]
-        return [result(case, worker) for case, worker in zip(cases, workers)]
-    return [result(case, start(case)) for case in cases]
+    try:
+        if concurrently:
+            workers = [start(index, case) for index, case in enumerate(cases)]
+            return [result(index, case, worker) for index, (case, worker) in enumerate(zip(cases, workers))]
+        return [result(index, case, start(index, case)) for index, case in enumerate(cases)]
+    finally:
+        if dumps is not None:
+            shutil.rmtree(dumps, ignore_errors=True)
