@@ -26,6 +26,14 @@ class TransformerEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: float, LayerNorm epsilon (paper: 1e-12).
         activation: feed-forward activation (default exact, erf-based GELU).
         kernel_initializer: initializer of all kernels.
+        rematerialize: bool, recompute the feed-forward layer's activations
+            (the (batch, H, W, intermediate_dim) tensors around the
+            activation) in the backward pass instead of keeping them
+            (`keras.remat`), and the attention's per-head tensors on its
+            windowed path (its own ``rematerialize``, unless
+            ``attention_options`` sets it). Saves memory for about one more
+            forward pass of the feed-forward layer; dropout stays outside the
+            recomputed part, so its mask is not redrawn.
 
     Call arguments:
         inputs: tensor (batch, H, W, hidden); integer inputs are cast to the
@@ -44,9 +52,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, intermediate_dim, position_score="quadratic", attention_options=None,
                  dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12, activation="gelu",
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", rematerialize=False, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
+        if not isinstance(rematerialize, bool):
+            raise ValueError(f"`rematerialize` must be True or False. Received: rematerialize={rematerialize!r}")
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
@@ -58,10 +68,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.activation = keras.activations.get(activation)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.rematerialize = rematerialize
         self.attention = RelativeMultiHeadAttention(
             num_heads=num_heads, position_score=position_score, dropout=attention_dropout,
             kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="attention",
-            **self.attention_options,
+            **{"rematerialize": rematerialize, **self.attention_options},
         )
 
     def build(self, input_shape):
@@ -99,9 +110,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
             attended, probabilities = attended
         residual = self.dropout_layer(self.attention_dense(attended), training=training)
         x = self.attention_norm(inputs + residual)
-        feed_forward = self.output_dense(self.intermediate_dense(x))
+        feed_forward = (keras.remat(self._feed_forward) if self.rematerialize else self._feed_forward)(x)
         x = self.output_norm(x + self.dropout_layer(feed_forward, training=training))
         return (x, probabilities) if return_attention_scores else x
+
+    def _feed_forward(self, x):
+        return self.output_dense(self.intermediate_dense(x))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -124,6 +138,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "activation": keras.activations.serialize(self.activation),
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "rematerialize": self.rematerialize,
         }
 
 

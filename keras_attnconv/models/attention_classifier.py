@@ -50,10 +50,10 @@ class AttentionClassifierConfig:
             keys (NATTEN's rule, see `RelativeMultiHeadAttention`), at
             ``O(T window^2)`` cost.
         dilation: int >= 1 or a pair, spacing of the window's keys.
-        rematerialize: bool, recompute the windowed attention's per-head
-            tensors in the backward pass instead of keeping them (less memory
-            for about one more forward pass of the attention; see
-            `RelativeMultiHeadAttention`). Needs a `window`.
+        rematerialize: bool, recompute in the backward pass, instead of
+            keeping them, every block's feed-forward activations and, with a
+            window, the attention's per-head tensors (less memory for about
+            one more forward pass of each; see `TransformerEncoderBlock`).
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
@@ -100,9 +100,6 @@ class AttentionClassifierConfig:
             raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation!r}, window=None")
         if not isinstance(self.rematerialize, bool):
             raise ValueError(f"`rematerialize` must be true or false. Received: rematerialize={self.rematerialize!r}")
-        if self.rematerialize and self.window is None:
-            raise ValueError("`rematerialize` applies to the windowed path and needs a `window`. "
-                             "Received: rematerialize=True, window=None")
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
@@ -190,8 +187,6 @@ def build_attention_classifier(config, name=None, dtype=None):
         attention_options["attention_span"] = dict(config.attention_span)
     if config.window is not None:  # only when set: configs saved before windows existed stay as they were
         attention_options.update(window=config.window, dilation=config.dilation)
-    if config.rematerialize:
-        attention_options["rematerialize"] = True
     for index, num_heads in enumerate(config.heads_per_layer):
         x = TransformerEncoderBlock(
             num_heads=num_heads,
@@ -202,6 +197,7 @@ def build_attention_classifier(config, name=None, dtype=None):
             attention_dropout=config.attention_dropout,
             layer_norm_epsilon=config.layer_norm_epsilon,
             kernel_initializer=initializer,
+            rematerialize=config.rematerialize,
             dtype=dtype,
             name=f"encoder_{index}",
         )(x)

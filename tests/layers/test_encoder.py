@@ -5,10 +5,11 @@ Config and `.keras` round trips, XLA and dtype policies: test_keras_conformance.
 
 import math
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import eq8_reference, randomize_weights
+from support import eq8_reference, randomize_weights, value_and_gradients
 
 from keras_attnconv.layers import LearnedRelativeScore, TransformerEncoderBlock
 
@@ -74,6 +75,7 @@ def test_returned_probabilities_are_eq8_of_the_block_input():
     ({"attention_dropout": 1.5}, "attention_dropout=1.5"),
     ({"dropout": "x"}, "dropout='x'"),
     ({"dropout": -0.1}, "dropout=-0.1"),
+    ({"rematerialize": "yes"}, "rematerialize='yes'"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     options = {"num_heads": 2, "intermediate_dim": 8, **kwargs}
@@ -95,3 +97,50 @@ def test_integer_inputs_give_the_float_output(dtype):
                                     attention_options={"use_content_content": True})
     expected = ops.convert_to_numpy(block(x.astype("float32")))
     np.testing.assert_allclose(ops.convert_to_numpy(block(x.astype(dtype))), expected, atol=1e-5)
+
+
+def test_rematerialized_block_has_the_same_values_and_gradients():
+    """`rematerialize` recomputes the feed-forward (and windowed attention) layers; dropout masks are not redrawn."""
+    shape = (2, 5, 6, 6)
+    blocks = []
+    for rematerialize in (False, True):
+        keras.utils.set_random_seed(7)  # the same dropout seeds for both blocks
+        blocks.append(TransformerEncoderBlock(
+            num_heads=2, intermediate_dim=12, dropout=0.3, attention_dropout=0.3, position_score=None,
+            attention_options={"use_content_content": True, "use_position_bias": False, "window": 3,
+                               "windowed": True}, rematerialize=rematerialize))
+        blocks[-1].build(shape)
+    assert blocks[1].attention.rematerialize and not blocks[0].attention.rematerialize
+    randomize_weights(blocks[0])
+    blocks[1].set_weights(blocks[0].get_weights())
+    x = np.random.default_rng(8).normal(size=shape).astype("float32")
+    (kept_y, kept_grads), (recomputed_y, recomputed_grads) = (
+        value_and_gradients(block, x, training=True) for block in blocks)
+    np.testing.assert_allclose(ops.convert_to_numpy(recomputed_y), ops.convert_to_numpy(kept_y), atol=1e-6)
+    names = ["inputs", *(v.name for v in blocks[0].trainable_variables)]
+    for name, a, b in zip(names, recomputed_grads, kept_grads):
+        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, err_msg=name)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="residuals are read from a jax.vjp function")
+def test_rematerialized_block_keeps_no_feed_forward_activation_for_the_backward_pass():
+    """With `rematerialize`, no (batch, H, W, intermediate_dim) tensor is kept; without it, some are."""
+    import jax
+
+    shape, intermediate = (2, 4, 4, 8), 64
+    biggest = {}
+    for rematerialize in (False, True):
+        block = TransformerEncoderBlock(num_heads=2, intermediate_dim=intermediate, dropout=0.0,
+                                        attention_dropout=0.0, rematerialize=rematerialize)
+        block.build(shape)
+        trainable = [v.value for v in block.trainable_variables]
+        non_trainable = [v.value for v in block.non_trainable_variables]
+
+        def loss(values, inputs):
+            return jax.numpy.sum(block.stateless_call(values, non_trainable, inputs)[0] ** 2)
+
+        # The leaves of a VJP function are the residuals it keeps for the backward pass.
+        _, backward = jax.vjp(loss, trainable, np.ones(shape, "float32"))
+        biggest[rematerialize] = max(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(backward))
+    activations = int(np.prod(shape[:3])) * intermediate
+    assert biggest[True] < activations <= biggest[False]

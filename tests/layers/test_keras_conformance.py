@@ -109,6 +109,12 @@ CASES = [
                               "key_dim": 4},
     }, (INPUT_SHAPE, (INPUT_SHAPE[0], *SCORES)), "TransformerEncoderBlock-content-scores_returned",
         call_kwargs={"return_attention_scores": True}, float32_outputs=(1,), untrained=("key_bias",)),
+    # Recomputed feed-forward and windowed attention (its dropout mask drawn outside the recomputed parts).
+    case(TransformerEncoderBlock, {"num_heads": HEADS, "intermediate_dim": 16, "rematerialize": True,
+                                   "position_score": None, "attention_options": {
+                                       "use_content_content": True, "use_position_bias": False, "key_dim": 4,
+                                       "window": 3, "windowed": True}},
+         case_id="TransformerEncoderBlock-rematerialized", untrained=("key_bias",)),
     case(LearnedPositionEmbedding, {}),
     case(SinusoidalPositionEmbedding, {"max_wavelength": 500.0}),
     # The wrapped attention keeps the policy of its own config (float32 here), as `conv_to_attention` makes it.
