@@ -9,8 +9,8 @@ FLOP count alone:
 
 - CPU: the separable passes are faster wherever they do fewer FLOPs
   (``H + W < H W``); `attnconv bench` measures this on every run (its layer
-  table in `training/results/bench-cpu.md`: 1.98x faster at 16x16 tokens,
-  2.87x at 32x32, 8.71x at 64x64, forward + backward on a 2-core CPU).
+  table in `training/results/bench-cpu.md`: 1.76x faster at 16x16 tokens,
+  3.47x at 32x32, 9.36x at 64x64, forward + backward on a 2-core CPU).
 - GPU/TPU: the dense contraction is one large matmul on the tensor cores,
   while the separable passes are 2 x heads small matmuls with reshapes between
   them, bound by launches and memory traffic. On an H100 (JAX, batch 100,
@@ -85,10 +85,10 @@ def prefers_windowed(neighbourhood, platform=None):
 
     The tiles score ``neighbourhood.tile_pairs`` (query, key) pairs, global attention ``T^2``,
     but the tiles pay for gathering their key regions and for smaller matmuls. `attnconv bench`
-    measures it (its window7 table, `training/results/bench-cpu-window.md`: content attention,
+    measures it (its window7 table, `training/results/bench-cpu.md`: content attention,
     9 heads, key_dim 400, batch 2, window 7, forward + backward on a 2-core CPU): the tiles are
-    1.15x faster than global attention at 16x16 tokens (tiles of 4x4 queries, 0.39 of the pairs),
-    2.74x at 32x32 and 8.73x at 64x64. Where one tile would cover the map (a fraction of 1, e.g.
+    1.21x faster than global attention at 16x16 tokens (tiles of 4x4 queries, 0.39 of the pairs),
+    2.94x at 32x32 and 7.71x at 64x64. Where one tile would cover the map (a fraction of 1, e.g.
     a 7x7 window on 8x8 tokens), the global path with a mask runs. Accelerators use the same
     rule, unmeasured there (`platform` is only checked).
     """

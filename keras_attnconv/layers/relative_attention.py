@@ -107,9 +107,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             ``(batch, T, heads, C)`` tensors of the scores and of the context
             in the backward pass (`keras.remat`) instead of keeping them from
             the forward pass: only the ``(batch, heads, T, window keys)``
-            probabilities are kept. Saves memory in deep models and on large
-            maps (`attnconv bench` measures it) for about one more forward
-            pass of the attention. No effect on other paths.
+            probabilities are kept. Saves memory in deep models, whose layers
+            would each keep theirs until the backward pass reaches them (not
+            in a single layer, whose backward pass needs them at once anyway;
+            `attnconv bench` measures it on 64x64 images), for about one more
+            forward pass of the attention. No effect on other paths.
 
     Call arguments:
         inputs: tensor (batch, H, W, C) with static H, W, C; integer inputs
