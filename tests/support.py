@@ -82,6 +82,37 @@ def value_and_gradients(layer, x, **call_kwargs):
     pytest.skip(f"no gradient helper for backend {backend}")
 
 
+def assert_same_values_and_gradients(layer, reference, x, atol=1e-5, **call_kwargs):
+    """`layer` gives `reference`'s outputs and gradients (input and every trainable weight, named) on `x`.
+
+    Both layers hold the same weights; the gradients also get a relative tolerance of 1e-5.
+    """
+    (y, gradients), (expected_y, expected) = (value_and_gradients(each, x, **call_kwargs)
+                                              for each in (layer, reference))
+    np.testing.assert_allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected_y), atol=atol)
+    names = ["inputs", *(v.name for v in reference.trainable_variables)]
+    for name, a, b in zip(names, gradients, expected):
+        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5,
+                                   err_msg=name)
+
+
+def largest_backward_residual(layer, shape):
+    """Entries of the largest tensor a built `layer` keeps for its backward pass on inputs of `shape` (JAX only).
+
+    The leaves of a `jax.vjp` function are the residuals it keeps for the backward pass.
+    """
+    import jax
+
+    trainable = [v.value for v in layer.trainable_variables]
+    non_trainable = [v.value for v in layer.non_trainable_variables]
+
+    def loss(values, inputs):
+        return jax.numpy.sum(layer.stateless_call(values, non_trainable, inputs)[0] ** 2)
+
+    _, backward = jax.vjp(loss, trainable, np.ones(shape, "float32"))
+    return max(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(backward))
+
+
 def training_calls(layer, x, count):
     """Outputs of `count` calls ``layer(x, training=True)`` (new dropout masks each), stacked, as NumPy.
 

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import eq8_reference, randomize_weights, value_and_gradients
+from support import assert_same_values_and_gradients, eq8_reference, largest_backward_residual, randomize_weights
 
 from keras_attnconv.layers import LearnedRelativeScore, TransformerEncoderBlock
 
@@ -114,33 +114,18 @@ def test_rematerialized_block_has_the_same_values_and_gradients():
     randomize_weights(blocks[0])
     blocks[1].set_weights(blocks[0].get_weights())
     x = np.random.default_rng(8).normal(size=shape).astype("float32")
-    (kept_y, kept_grads), (recomputed_y, recomputed_grads) = (
-        value_and_gradients(block, x, training=True) for block in blocks)
-    np.testing.assert_allclose(ops.convert_to_numpy(recomputed_y), ops.convert_to_numpy(kept_y), atol=1e-6)
-    names = ["inputs", *(v.name for v in blocks[0].trainable_variables)]
-    for name, a, b in zip(names, recomputed_grads, kept_grads):
-        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, err_msg=name)
+    assert_same_values_and_gradients(blocks[1], blocks[0], x, atol=1e-6, training=True)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="residuals are read from a jax.vjp function")
 def test_rematerialized_block_keeps_no_feed_forward_activation_for_the_backward_pass():
     """With `rematerialize`, no (batch, H, W, intermediate_dim) tensor is kept; without it, some are."""
-    import jax
-
     shape, intermediate = (2, 4, 4, 8), 64
     biggest = {}
     for rematerialize in (False, True):
         block = TransformerEncoderBlock(num_heads=2, intermediate_dim=intermediate, dropout=0.0,
                                         attention_dropout=0.0, rematerialize=rematerialize)
         block.build(shape)
-        trainable = [v.value for v in block.trainable_variables]
-        non_trainable = [v.value for v in block.non_trainable_variables]
-
-        def loss(values, inputs):
-            return jax.numpy.sum(block.stateless_call(values, non_trainable, inputs)[0] ** 2)
-
-        # The leaves of a VJP function are the residuals it keeps for the backward pass.
-        _, backward = jax.vjp(loss, trainable, np.ones(shape, "float32"))
-        biggest[rematerialize] = max(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(backward))
+        biggest[rematerialize] = largest_backward_residual(block, shape)
     activations = int(np.prod(shape[:3])) * intermediate
     assert biggest[True] < activations <= biggest[False]

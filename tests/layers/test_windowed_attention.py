@@ -16,7 +16,13 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import eq8_reference, randomize_weights, training_calls, value_and_gradients
+from support import (
+    assert_same_values_and_gradients,
+    eq8_reference,
+    largest_backward_residual,
+    randomize_weights,
+    training_calls,
+)
 
 from keras_attnconv.layers import (
     DiagonalGaussianScore,
@@ -190,23 +196,13 @@ def run(layer, x, **call_kwargs):
     return layer(x, **call_kwargs)
 
 
-def as_numpy(tensors):
-    return [ops.convert_to_numpy(t) for t in tensors]
-
-
 @pytest.mark.parametrize("score, geometry", CASES, ids=[f"{s}-{g[0][1]}x{g[0][2]}-k{g[1]}-d{g[2]}" for s, g in CASES])
 def test_windowed_path_equals_masked_global_path_in_values_and_gradients(score, geometry):
     shape, window, dilation = geometry
     windowed, masked = layer_pair(score, shape, window, dilation)
     assert windowed.attention_mode.startswith("windowed_")
     assert masked.attention_mode in ("content", "position")
-    x = np.random.default_rng(1).normal(size=shape).astype("float32")
-    windowed_y, windowed_grads = value_and_gradients(windowed, x)
-    masked_y, masked_grads = value_and_gradients(masked, x)
-    np.testing.assert_allclose(ops.convert_to_numpy(windowed_y), ops.convert_to_numpy(masked_y), atol=1e-5)
-    names = ["inputs", *(v.name for v in windowed.trainable_variables)]
-    for name, a, b in zip(names, as_numpy(windowed_grads), as_numpy(masked_grads)):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=name)
+    assert_same_values_and_gradients(windowed, masked, np.random.default_rng(1).normal(size=shape).astype("float32"))
 
 
 @pytest.mark.parametrize("score", ["quadratic", "learned_all_terms", "siren"])
@@ -257,11 +253,7 @@ def test_separable_heads_with_a_window_equal_the_windowed_path(score):
     separable.set_weights(windowed.get_weights())
     assert separable.attention_mode == "separable"
     x = np.random.default_rng(4).normal(size=shape).astype("float32")
-    separable_y, separable_grads = value_and_gradients(separable, x)
-    windowed_y, windowed_grads = value_and_gradients(windowed, x)
-    np.testing.assert_allclose(ops.convert_to_numpy(separable_y), ops.convert_to_numpy(windowed_y), atol=1e-5)
-    for a, b in zip(as_numpy(separable_grads), as_numpy(windowed_grads)):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert_same_values_and_gradients(separable, windowed, x)
     (_, (p_sep, k_sep)), (_, (p_win, k_win)) = (run(layer, x, return_attention_scores=True)
                                                 for layer in (separable, windowed))
     np.testing.assert_allclose(ops.convert_to_numpy(p_sep), ops.convert_to_numpy(p_win), atol=1e-6)
@@ -399,12 +391,7 @@ def test_rematerialized_windowed_path_has_the_same_values_and_gradients(score, t
     randomize_weights(layers[0], scale=0.4)
     layers[1].set_weights(layers[0].get_weights())
     x = np.random.default_rng(4).normal(size=shape).astype("float32")
-    (kept_y, kept_grads), (recomputed_y, recomputed_grads) = (
-        value_and_gradients(layer, x, training=training) for layer in layers)
-    np.testing.assert_allclose(ops.convert_to_numpy(recomputed_y), ops.convert_to_numpy(kept_y), atol=1e-6)
-    names = ["inputs", *(v.name for v in layers[0].trainable_variables)]
-    for name, a, b in zip(names, as_numpy(recomputed_grads), as_numpy(kept_grads)):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=name)
+    assert_same_values_and_gradients(layers[1], layers[0], x, atol=1e-6, training=training)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="residuals are read from a jax.vjp function")
@@ -413,25 +400,15 @@ def test_rematerialized_windowed_path_keeps_no_per_head_tensor_for_the_backward_
 
     Without it, the per-head (batch, T, heads, C) tensors are kept: the check discriminates.
     """
-    import jax
-
     shape = (2, 8, 8, 32)
     biggest = {}
     for rematerialize in (False, True):
         layer = RelativeMultiHeadAttention(4, window=3, windowed=True, position_score=None, use_content_content=True,
                                            use_position_bias=False, rematerialize=rematerialize)
         layer.build(shape)
-        trainable = [v.value for v in layer.trainable_variables]
-        non_trainable = [v.value for v in layer.non_trainable_variables]
-
-        def loss(values, inputs):
-            return jax.numpy.sum(layer.stateless_call(values, non_trainable, inputs)[0] ** 2)
-
-        # The leaves of a VJP function are the residuals it keeps for the backward pass.
-        _, backward = jax.vjp(loss, trainable, np.ones(shape, "float32"))
-        biggest[rematerialize] = max(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(backward))
+        biggest[rematerialize] = largest_backward_residual(layer, shape)
     tile_probabilities = shape[0] * 4 * get_neighbourhood(8, 8, (3, 3)).tile_pairs  # (batch, tiles, Bq, heads, Rk)
-    allowed = max(tile_probabilities, int(np.prod(shape)), *(int(np.prod(v.shape)) for v in trainable))
+    allowed = max(tile_probabilities, int(np.prod(shape)), *(int(np.prod(v.shape)) for v in layer.trainable_variables))
     assert biggest[True] <= allowed < biggest[False]
 
 
@@ -452,10 +429,4 @@ def test_folded_learned_content_position_equals_the_masked_global_path(terms):
                                   key_dim=16, **terms)
     nb = get_neighbourhood(6, 7, (3, 3))
     assert windowed_attention._folds_queries(windowed, (None, 42, CHANNELS), nb)
-    x = np.random.default_rng(2).normal(size=shape).astype("float32")
-    (windowed_y, windowed_grads), (masked_y, masked_grads) = (value_and_gradients(layer, x)
-                                                              for layer in (windowed, masked))
-    np.testing.assert_allclose(ops.convert_to_numpy(windowed_y), ops.convert_to_numpy(masked_y), atol=1e-5)
-    names = ["inputs", *(v.name for v in windowed.trainable_variables)]
-    for name, a, b in zip(names, as_numpy(windowed_grads), as_numpy(masked_grads)):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5, err_msg=name)
+    assert_same_values_and_gradients(windowed, masked, np.random.default_rng(2).normal(size=shape).astype("float32"))
