@@ -478,24 +478,20 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
 
     def _call_windowed(self, tokens, neighbourhood, training):
-        """(probabilities before dropout, outputs before the bias) on the tiled windowed path."""
-        if not self.rematerialize:
-            # One gather of the key regions serves the scores and the outputs (a region repeats
-            # every key for about Rk / Bq tiles: the largest input-sized tensor of the path).
-            region = windowed_attention.gather_region(tokens, neighbourhood)
-            probabilities = self._windowed_probabilities(neighbourhood, tokens, region)
-            dropped = self.dropout_layer(probabilities, training=training)
-            return probabilities, windowed_attention.windowed_outputs(self, dropped, region, neighbourhood)
-        # Two pieces around the dropout (whose random draw must not be repeated), each recomputed
-        # in the backward pass from the tokens, regions and per-head (batch, T, heads, C) tensors
-        # included; only the probabilities are kept.
-        probabilities = keras.remat(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
-        dropped = self.dropout_layer(probabilities, training=training)
-        return probabilities, keras.remat(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
+        """(probabilities before dropout, outputs before the bias) on the tiled windowed path.
 
-    def _windowed_probabilities(self, neighbourhood, tokens, region=None):
-        if region is None:
-            region = windowed_attention.gather_region(tokens, neighbourhood)
+        Two pieces around the dropout (whose random draw must not be repeated): with
+        `rematerialize`, each is recomputed in the backward pass from the tokens, regions and
+        per-head (batch, T, heads, C) tensors included; only the probabilities are kept. Without
+        it, XLA computes the key regions the two pieces gather once.
+        """
+        piece = keras.remat if self.rematerialize else (lambda function: function)
+        probabilities = piece(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
+        dropped = self.dropout_layer(probabilities, training=training)
+        return probabilities, piece(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
+
+    def _windowed_probabilities(self, neighbourhood, tokens):
+        region = windowed_attention.gather_region(tokens, neighbourhood)
         return self._softmax(windowed_attention.windowed_scores(self, tokens, region, neighbourhood))
 
     def _windowed_outputs(self, neighbourhood, probabilities, tokens):
