@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -55,8 +55,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
                  kernel_initializer="glorot_uniform", rematerialize=False, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
-        if not isinstance(rematerialize, bool):
-            raise ValueError(f"`rematerialize` must be True or False. Received: rematerialize={rematerialize!r}")
+        check_bool("rematerialize", rematerialize)
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)

@@ -12,7 +12,7 @@ from keras_attnconv.layers.neighbourhood import dilation_pair, get_neighbourhood
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
@@ -210,8 +210,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.dilation = dilation_pair(dilation)
         self._check_window_arguments(windowed)
         self.windowed = windowed
-        if not isinstance(rematerialize, bool):
-            raise ValueError(f"`rematerialize` must be True or False. Received: rematerialize={rematerialize!r}")
+        check_bool("rematerialize", rematerialize)
         self.rematerialize = rematerialize
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
         # The separable path drops row and column links independently, each with the rate that

@@ -14,7 +14,7 @@ from keras_attnconv.layers import (
 )
 from keras_attnconv.layers.neighbourhood import check_window, dilation_pair, window_pair
 from keras_attnconv.models.validation import check_config_fields, dtype_policy
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils import check_bool, check_positive_int
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 
@@ -98,8 +98,7 @@ class AttentionClassifierConfig:
                 check_window(window, dilation, side)
         elif self.dilation != 1:
             raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation!r}, window=None")
-        if not isinstance(self.rematerialize, bool):
-            raise ValueError(f"`rematerialize` must be true or false. Received: rematerialize={self.rematerialize!r}")
+        check_bool("rematerialize", self.rematerialize)
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
