@@ -20,7 +20,10 @@ def traced_operations(layer, x):
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
+        import jax.extend.core
 
+        # jax.core's copy was removed in JAX 0.11; older JAX has only that one.
+        jaxprs_in_params = getattr(jax.extend.core, "jaxprs_in_params", None) or jax.core.jaxprs_in_params
         found = []
 
         def visit(jaxpr):
@@ -29,7 +32,7 @@ def traced_operations(layer, x):
                               [str(v.aval.dtype) for v in eqn.invars],
                               [tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape")],
                               str(eqn.outvars[0].aval.dtype) if eqn.outvars else None))
-                for sub in jax.core.jaxprs_in_params(eqn.params):
+                for sub in jaxprs_in_params(eqn.params):
                     visit(sub)
 
         visit(jax.make_jaxpr(lambda inputs: layer(inputs))(x).jaxpr)
