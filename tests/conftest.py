@@ -49,8 +49,10 @@ def small_npz(tmp_path_factory):
 def jax_without_tensorflow(tmp_path):
     """Environment variables for a subprocess on JAX where TensorFlow and TensorBoard cannot be imported.
 
-    As on the GPU machine: a package directory first on the path whose `tensorflow` and `tensorboard`
-    raise ModuleNotFoundError on import, as a missing package does.
+    A package directory first on the path whose `tensorflow` and `tensorboard` raise
+    ModuleNotFoundError on import, as a missing package does. The GPU machine lacks TensorFlow but
+    has TensorBoard, which cannot write Keras' logs without it; hiding both also covers a bare JAX
+    install.
     """
     pytest.importorskip("jax")
     blocked = tmp_path / "without_tensorflow"

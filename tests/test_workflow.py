@@ -45,8 +45,8 @@ def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tm
 
 def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(small_npz, tmp_path,
                                                                                 jax_without_tensorflow):
-    # Training runs on every backend, and without TensorFlow or TensorBoard installed (the GPU machine);
-    # a SavedModel needs TensorFlow's.
+    # Training runs on every backend, and without TensorFlow or TensorBoard installed (the GPU machine
+    # has no TensorFlow); a SavedModel needs TensorFlow's.
     import subprocess
     import sys
 
