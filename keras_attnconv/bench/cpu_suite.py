@@ -44,9 +44,9 @@ LAYER_COMPARISONS = {
 }
 
 
-def _memory_cases(names, batches):
-    """Model-memory cases (d): each model at each batch, with its registered options."""
-    return [{"name": name, "batch": batch, "options": {}} for name in names for batch in batches]
+def _memory_cases(names, batches, **options):
+    """Model-memory cases (d): each model at each batch, with its registered options updated by `options`."""
+    return [{"name": name, "batch": batch, "options": dict(options)} for name in names for batch in batches]
 
 
 FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "repeats": 5,
@@ -54,15 +54,14 @@ FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "rep
         "models": ("quadratic", "learned", "learned_content", "learned_content_local", "resnet18"),
         "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048,
         "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
-        + [{"name": name, "batch": 8, "options": {"rematerialize": True}}
-           for name in ("learned_content_local", "learned_content")]
-        + [{"name": "learned_content_local", "batch": 4, "options": {"rematerialize": True}}],
+        + _memory_cases(("learned_content_local", "learned_content"), batches=(8,), rematerialize=True)
+        + _memory_cases(("learned_content_local",), batches=(4,), rematerialize=True),
         "memory_image_size": 64}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
          "comparisons": ("separable", "window7"),
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
          "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
-         + [{"name": "learned_content_local_tiny", "batch": 2, "options": {"rematerialize": True}}],
+         + _memory_cases(("learned_content_local_tiny",), batches=(2,), rematerialize=True),
          "memory_image_size": 16}
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
