@@ -1,5 +1,7 @@
 """BERT-style (post-LayerNorm) Transformer encoder block over image pixels."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -90,7 +92,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
         self.attention_dense = dense(hidden, "attention_dense")
         self.attention_norm = norm("attention_norm")
-        self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", self.activation)
+        self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", _portable(self.activation))
         self.output_dense = dense(hidden, "output_dense")
         self.output_norm = norm("output_norm")
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
@@ -139,6 +141,21 @@ class TransformerEncoderBlock(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "rematerialize": self.rematerialize,
         }
+
+
+def _exact_gelu(x):
+    return 0.5 * x * (1.0 + ops.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def _portable(activation):
+    """`activation`, with Keras' exact GELU computed through erf.
+
+    TensorFlow writes exact GELU as ``x/2 erfc(-x/sqrt(2))``, and ONNX has no
+    Erfc operator: such a model converts to an ONNX file that onnxruntime
+    refuses. ``x/2 (1 + erf(x/sqrt(2)))`` is the same function (JAX computes it
+    this way) and every runtime has Erf.
+    """
+    return _exact_gelu if activation is keras.activations.gelu else activation
 
 
 def encoder_blocks(model):
