@@ -32,10 +32,14 @@ def layer_centers(model):
 
 
 def attention_probabilities(model, image):
-    """Attention probabilities of every block for one normalised image: list of (heads, T, T)."""
+    """Attention probabilities of every block for one uint8 image (H, W, 3): a list of (heads, T, T) arrays."""
     blocks = encoder_blocks(model)
+    image = np.asarray(image)
+    if image.dtype != np.uint8 or image.shape != tuple(model.input_shape[1:]):
+        raise ValueError(f"`image` must be one uint8 image of shape {tuple(model.input_shape[1:])}, the raw pixels. "
+                         f"Received: image {image.dtype} {image.shape}")
     inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
-    block_inputs = inputs_model([np.asarray(image, "float32")[None]])
+    block_inputs = inputs_model([image[None]])
     block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
     return [ops.convert_to_numpy(block.attention(x, return_attention_scores=True)[1])[0]
             for block, x in zip(blocks, block_inputs)]

@@ -64,18 +64,32 @@ def _train(args):
 
 
 def _export(args):
-    from keras_attnconv.export import export_registered, paper_configurations
+    from keras_attnconv.export import export_registered, export_source, paper_configurations
 
-    if args.all:
-        names = paper_configurations()
-    elif args.model or args.run:
-        names = [args.model]
+    given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
+    if sum(value is not None for value in given.values()) != 1:
+        raise ValueError("give one of SOURCE (a training run or preset directory), --model NAME or --all. Received: "
+                         + (", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) or "none of them"))
+    if args.all and args.name is not None:
+        raise ValueError(f"--all exports each configuration under its own name; --name names one export. "
+                         f"Received: name={args.name!r}")
+    options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
+               "jit_compile": args.jit_compile}
+    if args.source is not None:
+        paths = [export_source(args.source, args.export_dir, **options)]
     else:
-        raise ValueError("give --model NAME, --run RUN_DIR or --all. Received: no model")
-    for name in names:
-        path = export_registered(name, args.export_dir, run_dir=args.run, version=args.version,
-                                 jit_compile=args.jit_compile)
+        names = paper_configurations() if args.all else [args.model]
+        paths = [export_registered(name, args.export_dir, **options) for name in names]
+    for path in paths:
         print(path)
+    return 0
+
+
+def _serve(args):
+    from keras_attnconv.export import set_served_version
+
+    path = set_served_version(args.export_dir, args.name, args.version)
+    print(f"{path}: {args.name} serves version {args.version}")
     return 0
 
 
@@ -85,11 +99,14 @@ def _plot(args):
     import matplotlib
 
     matplotlib.use("Agg")
+    from keras_attnconv.presets import is_preset
     from keras_attnconv.viz import run_figures
 
-    out = Path(args.run) / "figures"
-    for name, figure in run_figures(args.run).items():
-        out.mkdir(exist_ok=True)
+    figures = run_figures(args.source)
+    default = Path("figures") if is_preset(args.source) else Path(args.source) / "figures"
+    out = Path(args.output) if args.output else default
+    for name, figure in figures.items():
+        out.mkdir(parents=True, exist_ok=True)
         figure.savefig(out / f"{name}.png", dpi=120)
         print(out / f"{name}.png")
     return 0
@@ -111,7 +128,8 @@ def _convert(args):
 def _bench(args):
     from keras_attnconv import bench
 
-    output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json"}[args.suite]
+    output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
+                             "formats": "bench-formats.json"}[args.suite]
     if args.suite == "numerics":
         results = bench.run_numerics(quick=args.quick, output=output, command=args.command_line)
         print(bench.numerics_markdown(results))
@@ -120,6 +138,9 @@ def _bench(args):
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
+    elif args.suite == "formats":
+        results = bench.run_format_benchmark(quick=args.quick, output=output)
+        print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     else:
         print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
     print(f"\nwrote {output} and {os.path.splitext(output)[0]}.md")
@@ -171,17 +192,32 @@ def build_parser():
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
     training.set_defaults(handler=_train)
 
-    exporting = add("export", help="write TF Serving SavedModels to saved_models/<model>/<version>/")
-    exporting.add_argument("--model", help="registered model name (initial weights unless --run is given)")
-    exporting.add_argument("--run", help="training run directory whose best checkpoint is exported")
-    exporting.add_argument("--all", action="store_true", help="export every full-size configuration")
+    exporting = add("export", help="export a run's or a preset's model (or registered ones) as SavedModel, ONNX or "
+                                   "LiteRT, under its own name: <export-dir>/<name>/<version>/")
+    exporting.add_argument("source", nargs="?", help="a training run directory (its preset/) or a preset directory")
+    exporting.add_argument("--model", help="a registered model name, exported with initial (untrained) weights")
+    exporting.add_argument("--all", action="store_true",
+                           help="every registered full-size configuration, initial weights, each under its own name")
+    exporting.add_argument("--format", choices=("saved_model", "onnx", "litert"), default="saved_model",
+                           help="saved_model (TF Serving, default), onnx (onnxruntime) or litert (LiteRT interpreter)")
+    exporting.add_argument("--name", help="serve under this name instead of the model's own (letters, digits, _ - .)")
     exporting.add_argument("--version", type=int, help="version number (default: the next free one)")
-    exporting.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
+    exporting.add_argument("--export-dir", help="export root (default: saved_models, onnx_models or litert_models)")
+    exporting.add_argument("--serve", action="store_true",
+                           help="make models.config serve this version (default: the served version stays)")
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
     exporting.set_defaults(handler=_export)
 
-    plotting = add("plot", help="write the attention figures of a training run as PNG")
-    plotting.add_argument("--run", required=True, help="training run directory")
+    serving = add("serve", help="choose the version of a SavedModel that models.config serves (TF Serving)")
+    serving.add_argument("name", help="the model's directory name under the export root")
+    serving.add_argument("version", type=int, help="an exported version of it")
+    serving.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
+    serving.set_defaults(handler=_serve)
+
+    plotting = add("plot", help="write the attention figures of a training run or a preset as PNG")
+    plotting.add_argument("source", help="a training run directory or a preset directory")
+    plotting.add_argument("--output", help="directory of the figures (default: SOURCE/figures for a run, "
+                                           "./figures for a preset)")
     plotting.set_defaults(handler=_plot)
 
     converting = add("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
@@ -196,14 +232,15 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics"), default="cpu",
-                              help="cpu: attention paths and steps vs ResNet-18 (default); gpu: the paper's models "
-                                   "at batch 100 in float32/mixed_bfloat16/mixed_float16 on the accelerator; "
-                                   "numerics: training, far centres and large grids in the three precisions")
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats"), default="cpu",
+                              help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
+                                   "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
+                                   "the accelerator; numerics: training, far centres and large grids in the three "
+                                   "precisions; formats: inference in each export format's runtime beside Keras")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "
-                                   "numerics.json)")
+                                   "numerics.json, bench-formats.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")

@@ -1,7 +1,8 @@
 """Datasets for training and evaluation: CIFAR-10/100 (tfds), the embedded sample, local .npz.
 
-`load_dataset` returns a batched ``tf.data.Dataset`` of ``(normalised float32
-images, int labels)`` ready for ``model.fit``. `load_arrays` returns the raw
+`load_dataset` returns a batched ``tf.data.Dataset`` of ``(uint8 images, int
+labels)`` ready for ``model.fit`` (every model of the zoo normalises its input
+itself, with the statistics of its config, which `DatasetInfo` gives). `load_arrays` returns the raw
 uint8 images as NumPy arrays and needs no TensorFlow for the embedded sample
 and local files (the GPU machine has none). TensorFlow and tfds are imported
 inside the functions that need them.
@@ -140,11 +141,6 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     return images, labels.astype("int64")
 
 
-def normalize_numpy(images, info):
-    """uint8 images -> float32 normalised with the dataset's per-channel statistics."""
-    return ((images.astype("float32") / 255.0 - np.float32(info.mean)) / np.float32(info.std)).astype("float32")
-
-
 def _tfds_dataset(name, split, data_dir, download, batch_size=None):
     import tensorflow_datasets as tfds
 
@@ -164,7 +160,7 @@ def _tfds_dataset(name, split, data_dir, download, batch_size=None):
 
 def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augment=None, shuffle=None,
                  seed=None, drop_remainder=None):
-    """A batched ``tf.data.Dataset`` of (normalised images, labels) ready for ``fit``.
+    """A batched ``tf.data.Dataset`` of (uint8 images, int64 labels) ready for a zoo model's ``fit``.
 
     Args:
         name: ``"cifar10"``, ``"cifar100"`` (tensorflow-datasets),
@@ -192,7 +188,7 @@ def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augm
     augment = training if augment is None else augment
     shuffle = training if shuffle is None else shuffle
     drop_remainder = training if drop_remainder is None else drop_remainder
-    info = dataset_info(name)
+    dataset_info(name)  # an unknown name fails here, with the closest known one
     if name in TFDS_DATASETS:
         dataset = _tfds_dataset(name, split, data_dir, download)
         size = None
@@ -202,16 +198,11 @@ def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augm
         size = len(labels)
     if shuffle:
         dataset = dataset.shuffle(size or 50_000, seed=seed, reshuffle_each_iteration=True)
-    mean, std = tf.constant(info.mean, tf.float32), tf.constant(info.std, tf.float32)
-
-    def normalize(image, label):
-        return (tf.cast(image, tf.float32) / 255.0 - mean) / std, tf.cast(label, tf.int64)
-
     if augment:
         # One stateless seed per example, drawn afresh each epoch but reproducible from `seed`.
         seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
         dataset = tf.data.Dataset.zip(dataset, seeds).map(_augment, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(lambda image, label: (image, tf.cast(label, tf.int64)))
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 

@@ -8,6 +8,8 @@ sees from epoch ``e`` on, which is what makes a killed-and-resumed run
 reproduce the uninterrupted one. `EpochSync` tells the batches which epoch
 ``fit`` is in (Keras calls a PyDataset's own ``on_epoch_end`` irregularly,
 e.g. after peeking at the first batch, so it cannot count epochs itself).
+The batches hold the raw uint8 pixels: every model of the zoo normalises its
+input itself (`keras_attnconv.layers.PixelNormalization`).
 
 The augmentation is the paper's (and `keras_attnconv.data.load_dataset`'s):
 zero padding by 4 pixels, a random crop back to the image size (each of the
@@ -22,13 +24,12 @@ from keras_attnconv.utils import check_positive_int
 
 
 class ArrayBatches(keras.utils.PyDataset):
-    """Batches of (normalised float32 images, int64 labels) from uint8 arrays in memory.
+    """Batches of (uint8 images, int64 labels) from uint8 arrays in memory.
 
     Args:
         images: uint8 array (N, H, W, 3).
         labels: int array (N,).
         batch_size: int, images per batch.
-        mean, std: per-channel statistics of pixels scaled to [0, 1].
         augment: bool, pad + random crop + random flip.
         shuffle: bool, a new order of the images in each pass.
         seed: int or None (None: drawn once, so the run is consistent but not reproducible).
@@ -40,11 +41,15 @@ class ArrayBatches(keras.utils.PyDataset):
         **kwargs: `keras.utils.PyDataset` arguments (workers, ...).
     """
 
-    def __init__(self, images, labels, *, batch_size, mean, std, augment=False, shuffle=False, seed=None,
+    def __init__(self, images, labels, *, batch_size, augment=False, shuffle=False, seed=None,
                  drop_remainder=False, steps_per_epoch=None, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("batch_size", batch_size)
         check_positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
+        images = np.asarray(images)
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+            raise ValueError("`images` must be the raw pixels, a uint8 array (N, H, W, 3). "
+                             f"Received: images {images.dtype} {images.shape}")
         self.images, self.labels = images, np.asarray(labels, "int64")
         self.batch_size = batch_size
         full, remainder = divmod(len(self.images), batch_size)
@@ -53,8 +58,6 @@ class ArrayBatches(keras.utils.PyDataset):
         if self.batches_per_pass < 1:
             raise ValueError(f"The data holds {len(self.images)} images, fewer than one batch. "
                              f"Received: batch_size={batch_size}")
-        self.scale = np.float32(1.0 / 255.0) / np.asarray(std, "float32")
-        self.offset = np.asarray(mean, "float32") / np.asarray(std, "float32")
         self.augment, self.shuffle = augment, shuffle
         self.seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else int(seed)
         self.steps_per_epoch = steps_per_epoch
@@ -79,7 +82,7 @@ class ArrayBatches(keras.utils.PyDataset):
         images = self.images[rows]
         if self.augment:
             images = augment_batch(images, np.random.default_rng([self.seed, data_pass, batch]))
-        return images.astype("float32") * self.scale - self.offset, self.labels[rows]
+        return images, self.labels[rows]
 
 
 def augment_batch(images, rng):
@@ -108,10 +111,10 @@ def as_tf_dataset(batches):
     images, labels = batches[0]
     # A static batch size where every batch is full: XLA then compiles the step once.
     batch = batches.batch_size if batches.full_batches else None
-    signature = (tf.TensorSpec((batch, *images.shape[1:]), tf.float32), tf.TensorSpec((batch,), tf.int64))
+    signature = (tf.TensorSpec((batch, *images.shape[1:]), tf.uint8), tf.TensorSpec((batch,), tf.int64))
 
     def load(index):
-        images, labels = tf.numpy_function(lambda i: batches[int(i)], [index], (tf.float32, tf.int64))
+        images, labels = tf.numpy_function(lambda i: batches[int(i)], [index], (tf.uint8, tf.int64))
         return tf.ensure_shape(images, signature[0].shape), tf.ensure_shape(labels, signature[1].shape)
 
     # One batch made ahead: a batch costs ~2 ms of NumPy, and tf.data's autotuned parallelism

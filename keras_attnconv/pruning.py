@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_attnconv.layers import DiagonalGaussianScore, GaussianScore, QuadraticScore
 from keras_attnconv.layers.encoder import encoder_blocks
+from keras_attnconv.models import AttentionClassifier
 
 #: Scores whose heads are Gaussians, with an inverse covariance to judge.
 _GAUSSIAN_SCORES = (GaussianScore, DiagonalGaussianScore, QuadraticScore)
@@ -63,19 +64,23 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     """Returns ``(pruned_model, report)`` with the degenerate heads of every block removed.
 
     Args:
-        model: a functional model of `TransformerEncoderBlock`s with
-            position-only Gaussian (`GaussianScore`, `DiagonalGaussianScore`)
-            or `QuadraticScore` attention, such as ``build_model("gaussian")``.
+        model: an `AttentionClassifier` with position-only Gaussian
+            (`GaussianScore`, `DiagonalGaussianScore`) or `QuadraticScore`
+            attention, such as ``build_model("gaussian")``.
         max_eigenvalue: a head whose ``Sigma^{-1}`` has all eigenvalues below
             this attends (almost) uniformly: pruned.
         max_condition: a head whose ``Sigma^{-1}`` has a larger condition
             number is degenerate: pruned.
 
     Returns:
-        The new model (weights sliced from `model`, not retrained) and a list
+        The new model, an `AttentionClassifier` named ``<name>_pruned`` whose
+        config has the kept heads (weights sliced from `model`, not retrained), and a list
         of `LayerPruning`, one per block. A block always keeps at least one
         head (the most concentrated one) so that it still has an attention.
     """
+    if not isinstance(model, AttentionClassifier):
+        raise ValueError("`model` must be an AttentionClassifier (build_model, from_preset). "
+                         f"Received: model of class {type(model).__name__}")
     blocks = encoder_blocks(model)
     report = []
     for block in blocks:
@@ -89,11 +94,11 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
             reasons.pop(sharpest)
         report.append(LayerPruning(block.name, block.attention.num_heads, tuple(sorted(reasons)), reasons))
 
-    config = model.get_config()
+    # A new configuration (fewer heads per block) and a copy of the kept heads' weights: the pruned model is an
+    # AttentionClassifier of its own, which saves, reloads and exports as such.
     kept = {entry.layer: entry.kept for entry in report}
-    for layer_config in config["layers"]:
-        if layer_config["config"].get("name") in kept:
-            layer_config["config"]["num_heads"] = len(kept[layer_config["config"]["name"]])
+    config = {**model.get_config(), "num_heads": tuple(len(entry.kept) for entry in report),
+              "name": f"{model.name}_pruned"}
     pruned = model.__class__.from_config(config)
     for old_layer in model.layers:
         new_layer = pruned.get_layer(old_layer.name)

@@ -3,7 +3,8 @@
 A run directory holds ``config.json`` (the resolved recipe), ``backup/``
 (resumable state, see `ResumableBackup`), ``checkpoints/best.keras``,
 ``logs/`` (TensorBoard, where it is installed), ``history.csv`` and, once
-finished, ``metrics.json``. Running the same command again after a crash
+finished, ``preset/`` (the best checkpoint as a preset, with the recipe and
+the metrics of those weights) and ``metrics.json``. Running the same command again after a crash
 resumes the run with the same per-epoch results as an uninterrupted run (the
 data order, augmentation and dropout streams are restored with the weights);
 running it after the run finished starts a new directory (``<name>-1``, ...).
@@ -31,7 +32,7 @@ import keras
 from keras_attnconv.analysis import AttentionCentersHistory, layer_centers
 from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, Throughput
 from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
-from keras_attnconv.utils import write_json
+from keras_attnconv.utils import file_lock, write_json
 
 __all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",
            "toml_module", "train"]
@@ -111,31 +112,22 @@ def _check_same_run(run_dir, resolved):
 def run_lock(run_dir):
     """Holds an exclusive lock on `run_dir` (``.lock``) for the duration; a second holder gets RunInUseError.
 
-    The lock is the operating system's (flock): it is released when the holder
-    exits, however it exits, so a killed run never leaves a stale lock.
+    The lock is the operating system's (`utils.file_lock`): it is released when
+    the holder exits, however it exits, so a killed run never leaves a stale lock.
     """
-    try:
-        import fcntl
-    except ModuleNotFoundError:  # not POSIX: no lock
-        yield
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / ".lock", "a+") as handle:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            handle = stack.enter_context(file_lock(Path(run_dir) / ".lock", blocking=False))
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = (Path(run_dir) / ".lock").read_text().strip() or "another process"
             raise RunInUseError(f"{run_dir} is in use by {holder}: wait for it to finish or pass another "
                                 f"--run-dir. Received: run_dir={str(run_dir)!r}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        if handle is not None:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()}\n")
+            handle.flush()
+        yield
 
 
 @dataclasses.dataclass
@@ -143,6 +135,7 @@ class _Plan:
     """What a run needs, computed and checked before anything is written."""
 
     info: object
+    model_fields: dict
     eval_split: str
     train_batches: object
     eval_batches: object
@@ -160,15 +153,15 @@ def _plan(config):
     from keras_attnconv.optim import WarmupCosineDecay
 
     info = dataset_info(config.dataset)
-    get_model_config(config.model, num_classes=info.num_classes, image_size=info.image_size,
-                     **config.model_overrides)
+    model_fields = {"num_classes": info.num_classes, "image_size": info.image_size, "class_names": info.class_names,
+                    "pixel_mean": info.mean, "pixel_std": info.std, **config.model_overrides}
+    get_model_config(config.model, **model_fields)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
-    batch_args = {"batch_size": config.batch_size, "mean": info.mean, "std": info.std}
     train_batches = ArrayBatches(*load_arrays(config.dataset, "train", **data_args), augment=True, shuffle=True,
                                  seed=config.seed, drop_remainder=True, steps_per_epoch=config.steps_per_epoch,
-                                 **batch_args)
-    eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), **batch_args)
+                                 batch_size=config.batch_size)
+    eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), batch_size=config.batch_size)
     steps_per_epoch = len(train_batches)
     total_steps = steps_per_epoch * config.epochs
     schedule = WarmupCosineDecay(config.learning_rate, total_steps,
@@ -178,7 +171,8 @@ def _plan(config):
     if config.batch_size % replicas:
         raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
                          f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
-    return _Plan(info, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas)
+    return _Plan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
+                 replicas)
 
 
 def _work_around_keras_multi_worker(model, strategy, batch):
@@ -256,6 +250,29 @@ def train(config):
         return _fit(config, plan, run_dir)
 
 
+def _save_best_as_preset(config, plan, run_dir):
+    """Writes the best checkpoint as ``run_dir/preset`` with the recipe and the metrics of those exact weights.
+
+    A run killed after its preset was published (and before ``metrics.json``)
+    keeps that preset: it holds the same best checkpoint.
+    """
+    from keras_attnconv.presets import save_to_preset
+
+    preset = run_dir / "preset"
+    if preset.exists():
+        return preset
+    best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
+    best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
+    record = json.loads((run_dir / "checkpoints" / "best.json").read_text())
+    metrics = {"epoch": record["epoch"], "eval_split": plan.eval_split, "eval_loss": float(loss),
+               "eval_accuracy": float(accuracy)}
+    metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
+                "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run_dir),
+                "training_run": str(run_dir.resolve())}
+    return save_to_preset(best, preset, metadata=metadata)
+
+
 def _fit(config, plan, run_dir, resume_from=None):
     from keras_attnconv.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
@@ -264,9 +281,7 @@ def _fit(config, plan, run_dir, resume_from=None):
 
     scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
     with scope:
-        model_args = {"num_classes": plan.info.num_classes, "image_size": plan.info.image_size,
-                      **config.model_overrides}
-        model = build_model(config.model, seed=config.seed, dtype=config.precision, **model_args)
+        model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
             optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum,
@@ -305,6 +320,7 @@ def _fit(config, plan, run_dir, resume_from=None):
     )
     loss, accuracy = model.evaluate(eval_data, verbose=0)
     best_path = run_dir / "checkpoints" / "best.json"
+    preset = _save_best_as_preset(config, plan, run_dir) if best_path.exists() else None
     metrics = {
         "model": config.model,
         "dataset": config.dataset,
@@ -321,6 +337,7 @@ def _fit(config, plan, run_dir, resume_from=None):
         "replicas": plan.replicas,
         "wall_seconds_this_session": time.perf_counter() - start,
         "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+        "preset": preset and str(preset),
     }
     write_json(run_dir / "metrics.json", metrics)
     metrics["run_dir"] = str(run_dir)

@@ -5,6 +5,7 @@ Pure Python: importing this module imports no framework, so the command line
 can validate its arguments before TensorFlow or JAX loads.
 """
 
+import contextlib
 import difflib
 import json
 import math
@@ -78,6 +79,30 @@ def write_atomically(path, write):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def file_lock(path, blocking=True):
+    """Holds the operating system's exclusive lock (flock) on the file `path`, created if missing.
+
+    The lock goes with the process however it ends, so a killed holder never
+    leaves a stale one. With ``blocking=False``, a lock held elsewhere is a
+    BlockingIOError at once. Yields the open file, or None where the system
+    has no flock (not POSIX: no lock).
+    """
+    try:
+        import fcntl
+    except ModuleNotFoundError:
+        yield None
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_json(path, data):

@@ -5,10 +5,8 @@ saves it; `run_figures` makes those of a training run directory. The numbers
 drawn come from `keras_attnconv.analysis`.
 """
 
-import json
 from pathlib import Path
 
-import keras
 import numpy as np
 
 from keras_attnconv.analysis import attention_probabilities, layer_centers, load_centers_history
@@ -70,7 +68,7 @@ def plot_attention_maps(model, image, query):
 
     Args:
         model: a model of encoder blocks.
-        image: one normalised image (H, W, 3), as the model takes it.
+        image: one uint8 image (H, W, 3), the raw pixels, as the model takes it.
         query: (row, column) of the query token on the attention grid.
     """
     plt = _pyplot()
@@ -120,36 +118,35 @@ def plot_centers_history(history, columns=3):
     return figure
 
 
-def run_figures(run):
-    """The figures of a training run directory, ``{name: Figure}``, from its best checkpoint.
+def run_figures(source):
+    """The figures of a training run directory or a preset, ``{name: Figure}``, from its (best) model.
 
     ``attention_centers`` for quadratic/Gaussian models, ``centers_history``
-    where the run recorded one, and ``attention_maps`` of the first evaluation
-    image for the central query pixel, unless the dataset would need a
-    download (cifar10/cifar100 through tensorflow-datasets).
+    where a run recorded one, and ``attention_maps`` of the first evaluation
+    image of the model's dataset (a run's, as its preset records it; the
+    embedded CIFAR-10 sample for a preset that names none) for the central
+    query pixel, unless the dataset would need a download (cifar10/cifar100
+    through tensorflow-datasets) or has another image size.
     """
-    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+    from keras_attnconv.data import TFDS_DATASETS, dataset_info, load_arrays
+    from keras_attnconv.models import AttentionClassifier
+    from keras_attnconv.presets import from_preset, load_preset_metadata, preset_of
 
-    run = Path(run)
-    checkpoint = run / "checkpoints" / "best.keras"
-    if not checkpoint.exists():
-        raise FileNotFoundError(f"{checkpoint} not found: `run` must be a training run directory. "
-                                f"Received: run={str(run)!r}")
-    model = keras.saving.load_model(checkpoint, compile=False)
+    preset = preset_of(source)
+    model = from_preset(preset)
     figures = {}
     try:
         layer_centers(model)
         figures["attention_centers"] = plot_attention_centers(model)
     except ValueError:  # no centres: learned or content encodings
         pass
-    dataset = json.loads((run / "config.json").read_text())["dataset"]
-    if dataset not in ("cifar10", "cifar100"):
-        info = dataset_info(dataset)
-        images, _ = load_arrays(dataset, info.eval_split)
-        height, width = encoder_blocks(model)[0].input.shape[1:3]
-        figures["attention_maps"] = plot_attention_maps(model, normalize_numpy(images[:1], info)[0],
-                                                        (height // 2, width // 2))
-    history = load_centers_history(run / "centers_history.npz")
+    dataset = load_preset_metadata(preset).get("dataset", "cifar10_sample")
+    if isinstance(model, AttentionClassifier) and dataset not in TFDS_DATASETS:
+        images, _ = load_arrays(dataset, dataset_info(dataset).eval_split)
+        if images.shape[1:] == tuple(model.input_shape[1:]):
+            height, width = encoder_blocks(model)[0].input.shape[1:3]
+            figures["attention_maps"] = plot_attention_maps(model, images[0], (height // 2, width // 2))
+    history = load_centers_history(Path(source) / "centers_history.npz")
     if history:
         figures["centers_history"] = plot_centers_history(history)
     return figures

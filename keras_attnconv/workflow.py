@@ -41,20 +41,23 @@ def unexported_run(config):
 
 
 def export_run(config, run_dir):
-    """Exports the best checkpoint of a finished run to ``config.export_dir``; returns the version path or None.
+    """Exports the best model of a finished run (its preset) to ``config.export_dir``; returns the version or None.
+
+    The served version of ``models.config`` does not move (a model's first
+    export is served): ``attnconv serve`` or ``attnconv export --serve`` chooses it.
 
     Without TensorFlow, or on another backend (e.g. JAX on a GPU machine), the
     export is skipped with a message saying how to run it later.
     """
     if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
         print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run_dir} was not exported for "
-              f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export --run "
+              f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
               f"{run_dir} --export-dir {config.export_dir}", file=sys.stderr)
         return None
-    from keras_attnconv.export import export_registered
+    from keras_attnconv.export import export_source
 
     with run_lock(run_dir):
-        path = export_registered(config.model, config.export_dir, run_dir=run_dir)
+        path = export_source(run_dir, config.export_dir)
         write_json(run_dir / EXPORT_RECORD, {"export": str(path)})
     return path
 

@@ -44,7 +44,26 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| tokens | fast path |") == 2
     assert "| model | precision |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
+    assert "| model | runtime | batch 1 ms |" in table
+    assert_format_rows(results["formats"])
     assert "speed-up" in capsys.readouterr().out
+
+
+def assert_format_rows(rows):
+    """A row per runtime for the quick model: timed, and giving Keras' probabilities."""
+    from keras_attnconv.bench.formats import RUNTIMES
+
+    assert [(row["model"], row["runtime"]) for row in rows] == [("quadratic_tiny", runtime) for runtime in RUNTIMES]
+    for row in rows:
+        assert row["batch1_ms"] > 0 and row["batch64_images_per_second"] > 0 and row["max_abs_difference"] <= 1e-5
+
+
+def test_the_formats_suite_alone(tmp_path, capsys):
+    output = tmp_path / "formats.json"
+    assert cli.main(["bench", "--suite", "formats", "--quick", "--output", str(output)]) == 0
+    assert_format_rows(json.loads(output.read_text())["formats"])
+    assert "| `quadratic_tiny` | onnx |" in (tmp_path / "formats.md").read_text()
+    assert "| `quadratic_tiny` | litert |" in capsys.readouterr().out
 
 
 def test_program_memory_is_the_largest_buffer_assignment(tmp_path):

@@ -5,6 +5,7 @@ The library functions behind the commands are specified in their own test files
 (training, export, comparison, figures, conversion, benchmarks)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,12 +52,14 @@ def test_help_and_argument_checks_load_no_framework():
     (["train", "--download", "yes"], "Received: download='yes'"),
     (["train", "--epochs", "0"], "Received: epochs=0"),
     (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
-    (["export"], "give --model NAME, --run RUN_DIR or --all"),
+    (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
+    (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
+    (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
 ])
 def test_errors_are_one_line_naming_the_value_with_exit_code_2(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err and err.startswith(f"attnconv {args[0]}: error: ")
+    assert err.count("\n") == 1 and re.search(message, err) and err.startswith(f"attnconv {args[0]}: error: ")
 
 
 def test_a_malformed_recipe_names_the_file(tmp_path, capsys):
@@ -105,25 +108,25 @@ def test_console_script_help():
     assert "list" in result.stdout
 
 
-def test_plot_writes_each_figure_of_the_run(tmp_path, capsys):
-    import json
-
-    from keras_attnconv import build_model
+def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
+    from keras_attnconv import build_model, save_to_preset
 
     run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
     model = build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
-    model.save(run / "checkpoints" / "best.keras")
-    (run / "config.json").write_text(json.dumps({"dataset": "cifar10_sample"}))
-    assert cli.main(["plot", "--run", str(run)]) == 0
+    save_to_preset(model, run / "preset", metadata={"dataset": "cifar10_sample"})
+    names = ("attention_centers", "attention_maps")
+    assert cli.main(["plot", str(run)]) == 0
     written = capsys.readouterr().out.split()
-    assert written == [str(run / "figures" / f"{name}.png") for name in ("attention_centers", "attention_maps")]
+    assert written == [str(run / "figures" / f"{name}.png") for name in names]
     assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written)
+    assert cli.main(["plot", str(run / "preset"), "--output", str(tmp_path / "elsewhere")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "elsewhere" / f"{name}.png") for name in names]
+    assert sorted(p.name for p in (run / "preset").iterdir()) == ["config.json", "metadata.json", "model.weights.h5"]
 
 
-def test_plot_of_a_directory_without_a_checkpoint_is_an_error(tmp_path, capsys):
-    assert cli.main(["plot", "--run", str(tmp_path)]) == 2
-    assert "best.keras not found" in capsys.readouterr().err
+def test_plot_of_a_directory_without_a_model_is_an_error(tmp_path, capsys):
+    assert cli.main(["plot", str(tmp_path)]) == 2
+    assert "neither a finished training run (with preset/) nor a preset" in capsys.readouterr().err
 
 
 def test_convert_prints_the_conversion_error(capsys):

@@ -1,9 +1,15 @@
-"""Specifications of the SavedModel export: the serving contract, fidelity, warm-up, atomic versions."""
+"""Specifications of the SavedModel export: the serving contract, fidelity, warm-up, atomic versions, the model's
+own name (or a safe serving name) and nothing written outside the export root, the served version of models.config.
 
+The other formats, and every model family in the real runtimes: test_export_formats.py."""
+
+import dataclasses
 import hashlib
 import json
 import multiprocessing
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,8 +22,9 @@ import numpy as np
 import pytest
 from support import requires_tensorflow
 
-from keras_attnconv import build_model, export
-from keras_attnconv.data import dataset_info, normalize_numpy
+from keras_attnconv import build_model, export, save_to_preset
+from keras_attnconv.data import dataset_info
+from keras_attnconv.models import ResNet
 
 pytestmark = requires_tensorflow
 SMALL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -28,7 +35,7 @@ def images(count=5, seed=0):
 
 
 def keras_probabilities(model, pixels):
-    logits = keras.ops.convert_to_numpy(model(normalize_numpy(pixels, dataset_info("cifar10"))))
+    logits = keras.ops.convert_to_numpy(model(pixels))
     return keras.ops.convert_to_numpy(keras.ops.softmax(logits.astype("float64"), axis=-1))
 
 
@@ -36,7 +43,7 @@ def keras_probabilities(model, pixels):
 def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("saved_models")
     model = build_model("quadratic_tiny", seed=1, **SMALL)
-    path = export.export_saved_model(model, root, model_name="quadratic_tiny", metadata={"note": "test"})
+    path = export.export_model(model, root, metadata={"note": "test"})
     return model, root, path
 
 
@@ -105,13 +112,34 @@ def test_warmup_requests_parse_and_run(exported):
         assert served(images=tf.constant(pixels))["probabilities"].shape == (batch, 10)
 
 
-def test_metadata_and_models_config(exported):
-    _, root, path = exported
-    metadata = json.loads((path / "assets.extra" / "metadata.json").read_text())
-    assert metadata["model"] == "quadratic_tiny" and metadata["version"] == 1 and metadata["note"] == "test"
-    assert metadata["trainable_parameters"] > 0 and metadata["keras_attnconv_version"]
-    config = (root / "models.config").read_text()
-    assert 'name: "quadratic_tiny"' in config and 'base_path: "/models/quadratic_tiny"' in config
+def metadata_of(path):
+    return json.loads((path / "assets.extra" / "metadata.json").read_text())
+
+
+def test_metadata_says_what_was_exported(exported):
+    model, _, path = exported
+    metadata = metadata_of(path)
+    assert (metadata["model"], metadata["serving_name"], metadata["version"], metadata["format"]) == (
+        "quadratic_tiny", "quadratic_tiny", 1, "saved_model")
+    assert metadata["note"] == "test" and metadata["class"] == "keras_attnconv>AttentionClassifier"
+    assert metadata["config"] == json.loads(json.dumps(model.get_config()))
+    assert metadata["preprocessing"]["class_names"] == list(dataset_info("cifar10").class_names)
+    assert metadata["parameter_count"] == model.count_params() and metadata["keras_attnconv_version"]
+
+
+def served_config(root):
+    """models.config parsed by TF Serving's own message: {name: (base_path, platform, served versions)}."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = text_format.Parse((root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
+    return {entry.name: (entry.base_path, entry.model_platform, list(entry.model_version_policy.specific.versions))
+            for entry in config.model_config_list.config}
+
+
+def test_models_config_is_tf_servings_config_serving_one_version_per_model(exported):
+    _, root, _ = exported
+    assert served_config(root) == {"quadratic_tiny": ("/models/quadratic_tiny", "tensorflow", [1])}
 
 
 def saved_graph_dtypes(path):
@@ -124,28 +152,20 @@ def saved_graph_dtypes(path):
         t for node in nodes for attr in node.attr.values() for t in attr.list.type}
 
 
-def test_a_mixed_precision_run_is_served_as_its_float32_rebuild(tmp_path):
+def test_a_mixed_precision_model_is_exported_as_its_float32_copy(tmp_path):
     import tensorflow as tf
     from tensorflow.core.framework import types_pb2
 
     trained = build_model("quadratic_tiny", seed=2, dtype="mixed_float16", **SMALL)
-    run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    trained.save(run / "checkpoints" / "best.keras")
-    (run / "checkpoints" / "best.json").write_text(json.dumps({"val_accuracy": 0.1, "epoch": 1}))
-    (run / "config.json").write_text(json.dumps({"model": "quadratic_tiny", "dataset": "cifar10",
-                                                 "model_overrides": SMALL}))
-    path = export.export_registered(export_dir=tmp_path / "saved_models", run_dir=run)
+    path = export.export_model(trained, tmp_path / "saved_models", warmup=False)
     assert types_pb2.DT_HALF not in saved_graph_dtypes(path)
+    assert metadata_of(path)["dtype_policy"] == "float32"
     rebuilt = build_model("quadratic_tiny", seed=3, dtype="float32", **SMALL)
     rebuilt.set_weights(trained.get_weights())
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     pixels = images(4)
     np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
                                keras_probabilities(rebuilt, pixels), rtol=1e-5, atol=1e-7)
-    # A model given without its registry config is served as it is: here, in float16.
-    as_is = export.export_saved_model(trained, tmp_path / "saved_models", model_name="as_is", warmup=False)
-    assert types_pb2.DT_HALF in saved_graph_dtypes(as_is)
 
 
 def tree_digest(path):
@@ -159,64 +179,170 @@ def test_existing_version_is_never_overwritten(exported):
     model, root, path = exported
     before = tree_digest(path)
     with pytest.raises(FileExistsError, match="never overwritten.*version=1"):
-        export.export_saved_model(model, root, version=1, model_name="quadratic_tiny")
+        export.export_model(model, root, version=1)
     assert tree_digest(path) == before
 
 
 def test_an_interrupted_export_leaves_no_version(tmp_path, monkeypatch):
-    model = build_model("quadratic_tiny", seed=3, **SMALL)
+    model = tiny_model()
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed midway")
 
     monkeypatch.setattr(export, "_write_warmup", crash)
     with pytest.raises(KeyboardInterrupt):
-        export.export_saved_model(model, tmp_path, model_name="m")
-    assert list((tmp_path / "m").iterdir()) == []
+        export.export_model(model, tmp_path)
+    assert list((tmp_path / "tiny").iterdir()) == []
     # A staging directory left by a SIGKILL is hidden and never counts as a version.
-    (tmp_path / "m" / ".tmp-1-999").mkdir()
-    assert export.next_version(tmp_path / "m") == 1
+    (tmp_path / "tiny" / ".tmp-1-999").mkdir()
+    assert export.next_version(tmp_path / "tiny") == 1
 
 
 def test_xla_export_matches(tmp_path, exported):
     import tensorflow as tf
 
     model, _, _ = exported
-    path = export.export_saved_model(model, tmp_path, model_name="xla", jit_compile=True, warmup=False)
+    path = export.export_model(model, tmp_path, serving_name="xla", jit_compile=True, warmup=False)
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     pixels = images(3)
     np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
                                keras_probabilities(model, pixels), atol=1e-5)
 
 
-def test_export_all_writes_every_model_and_the_config(tmp_path, monkeypatch):
+def test_export_all_writes_each_registered_configuration_under_its_own_name(tmp_path, monkeypatch):
     from keras_attnconv import cli
+    from keras_attnconv.models import get_model_config
 
     monkeypatch.setattr(export, "paper_configurations", lambda: ["quadratic_tiny", "resnet_tiny"])
     assert cli.main(["export", "--all", "--export-dir", str(tmp_path)]) == 0
     for name in ("quadratic_tiny", "resnet_tiny"):
-        metadata = json.loads((tmp_path / name / "1" / "assets.extra" / "metadata.json").read_text())
-        assert metadata["weights"].startswith("initial")
-        assert metadata["model_config"]["num_classes"] == 10
-    assert (tmp_path / "models.config").read_text().count("config {") == 2
+        metadata = metadata_of(tmp_path / name / "1")
+        assert metadata["weights"].startswith("initial") and metadata["model"] == metadata["serving_name"] == name
+        config = {k: v for k, v in metadata["config"].items() if k not in ("name", "trainable", "dtype")}
+        assert config == json.loads(json.dumps(dataclasses.asdict(get_model_config(name))))
+    assert sorted(served_config(tmp_path)) == ["quadratic_tiny", "resnet_tiny"]
 
 
-def tiny_model():
-    """A model that exports in about a second: enough for the publication and file-system tests."""
-    return keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)],
-                            name="tiny")
+def trained_run(path, model):
+    """A finished training run as `train` leaves it: its best model as preset/ with the metrics of its weights."""
+    save_to_preset(model, path / "preset", metadata={"weights": "trained: the best epoch", "dataset": "cifar10",
+                                                     "metrics": {"eval_accuracy": 0.284, "epoch": 5}})
+    return path
+
+
+def test_a_run_is_exported_only_under_its_own_model_name(tmp_path, capsys):
+    from keras_attnconv import cli
+
+    run = trained_run(tmp_path / "run", build_model("quadratic_tiny", seed=4, **SMALL))
+    root = tmp_path / "saved_models"
+    for args in (["--all"], ["--model", "quadratic"]):  # one checkpoint under the names of other models: never
+        assert cli.main(["export", str(run), *args, "--export-dir", str(root)]) == 2
+        assert "give one of SOURCE" in capsys.readouterr().err
+    assert not root.exists()
+    assert cli.main(["export", str(run), "--export-dir", str(root)]) == 0
+    path = root / "quadratic_tiny" / "1"
+    assert capsys.readouterr().out.split() == [str(path)]
+    metadata = metadata_of(path)
+    assert metadata["model"] == "quadratic_tiny" and metadata["source"] == str((run / "preset").resolve())
+    assert metadata["metrics"] == {"eval_accuracy": 0.284, "epoch": 5}  # the exported weights' own metrics
+
+
+def test_a_serving_name_is_a_plain_name_recorded_beside_the_models_own(tmp_path):
+    path = export.export_model(tiny_model(), tmp_path / "root", serving_name="classifier-v2.1", warmup=False)
+    assert path == tmp_path / "root" / "classifier-v2.1" / "1"
+    assert (metadata_of(path)["model"], metadata_of(path)["serving_name"]) == ("tiny", "classifier-v2.1")
+    assert sorted(served_config(tmp_path / "root")) == ["classifier-v2.1"]
+
+
+UNSAFE_NAMES = ["../../x", "../x", "/tmp/elsewhere", "a/b", ".", "..", ".hidden", 'a"b }', "", "a b", "naïve", "-x"]
+
+
+@pytest.mark.parametrize("name", [*UNSAFE_NAMES, 7, None])
+def test_a_serving_name_that_is_not_a_plain_name_writes_nothing_anywhere(tmp_path, name, capsys):
+    from keras_attnconv import cli
+
+    root = tmp_path / "a" / "b" / "root"
+    root.mkdir(parents=True)
+    if name is not None:
+        with pytest.raises(ValueError, match=re.escape(f"Received: serving_name={name!r}")):
+            export.export_model(tiny_model(), root, serving_name=name, warmup=False)
+    if isinstance(name, str):
+        assert cli.main(["export", "--model", "resnet_tiny", f"--name={name}", "--export-dir", str(root)]) == 2
+        assert f"serving_name={name!r}" in capsys.readouterr().err
+    assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")] == ["a", "a/b", "a/b/root"]
+
+
+@pytest.mark.parametrize("name", [n for n in UNSAFE_NAMES if n and "/" not in n])  # Keras refuses '/' itself
+def test_a_model_whose_own_name_is_not_a_plain_name_needs_a_serving_name(tmp_path, name):
+    with pytest.raises(ValueError, match=re.escape(f"Received: name={name!r}")):
+        export.export_model(tiny_model(name=name), tmp_path, warmup=False)
+    assert list(tmp_path.iterdir()) == []
+    if name.startswith("."):  # TensorFlow itself refuses to trace a model named like the others
+        path = export.export_model(tiny_model(name=name), tmp_path, serving_name="safe", warmup=False)
+        assert path == tmp_path / "safe" / "1" and metadata_of(path)["model"] == name
+
+
+def test_only_models_of_the_zoo_are_exported(tmp_path):
+    plain = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match="keras_attnconv model.*Received: model of class Sequential"):
+        export.export_model(plain, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_publishing_a_version_does_not_change_the_served_one(tmp_path, capsys):
+    from keras_attnconv import cli
+
+    root = tmp_path / "root"
+    first = export.export_model(tiny_model(), root, warmup=False)
+    second = export.export_model(tiny_model(seed=1), root, warmup=False)
+    assert (first.name, second.name) == ("1", "2")
+    assert served_config(root)["tiny"][2] == [1]  # still the first
+    assert export.export_model(tiny_model(seed=2), root, serve=True, warmup=False).name == "3"
+    assert served_config(root)["tiny"][2] == [3]
+    assert cli.main(["serve", "tiny", "2", "--export-dir", str(root)]) == 0  # back to 2
+    assert served_config(root)["tiny"][2] == [2]
+    assert cli.main(["serve", "tiny", "9", "--export-dir", str(root)]) == 2
+    assert "tiny/9 holds no SavedModel to serve. Received: name='tiny', version=9" in capsys.readouterr().err
+    assert served_config(root)["tiny"][2] == [2]
+    # Another model's export keeps this one's choice.
+    export.export_model(tiny_model(name="other"), root, warmup=False)
+    assert {name: versions for name, (_, _, versions) in served_config(root).items()} == {"other": [1], "tiny": [2]}
+
+
+def test_a_served_version_that_was_removed_falls_back_to_the_newest(tmp_path):
+    root = tmp_path / "root"
+    for seed in range(3):
+        export.export_model(tiny_model(seed=seed), root, warmup=False)
+    export.set_served_version(root, "tiny", 2)
+    shutil.rmtree(root / "tiny" / "2")
+    export.write_models_config(root)
+    assert served_config(root)["tiny"][2] == [3]
+
+
+def test_a_model_directory_holds_one_format(tmp_path):
+    pytest.importorskip("tf2onnx")
+    export.export_model(tiny_model(), tmp_path, warmup=False)
+    with pytest.raises(ValueError, match="holds saved_model versions: export onnx to another export_dir"):
+        export.export_model(tiny_model(), tmp_path, format="onnx")
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["1"]
 
 
 def exported_version(path):
     return json.loads((path / "assets.extra" / "metadata.json").read_text())["version"]
 
 
-def _export_tiny_after_barrier(barrier, root, results):
+def tiny_model(name="tiny", seed=0):
+    """A model that exports in about a second: enough for the publication and file-system tests."""
+    keras.utils.set_random_seed(seed)
+    return ResNet(image_size=8, num_classes=3, blocks_per_stage=(1,), widths=(2,), name=name)
+
+
+def _export_tiny_after_barrier(barrier, root, results, name="tiny"):
     """Runs in a spawned process: both exports start at once, so both see the same next version."""
-    model = tiny_model()
+    model = tiny_model(name)
     barrier.wait(timeout=300)
     try:
-        results.put(str(export.export_saved_model(model, root, warmup=False)))
+        results.put(str(export.export_model(model, root, warmup=False)))
     except BaseException as error:
         results.put(repr(error))
 
@@ -239,15 +365,15 @@ def test_concurrent_exports_of_one_model_publish_distinct_complete_versions(tmp_
         served = tf.saved_model.load(str(path)).signatures["serving_default"]
         assert served(images=tf.zeros((2, 8, 8, 3), tf.uint8))["probabilities"].shape == (2, 3)
     assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == ["1", "2"]  # no staging left
-    assert 'name: "tiny"' in (tmp_path / "models.config").read_text()
+    assert served_config(tmp_path)["tiny"][2] == [1]
 
 
 def test_a_stale_next_version_publishes_the_next_free_one(tmp_path, monkeypatch):
-    first = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    first = export.export_model(tiny_model(), tmp_path, warmup=False)
     before = tree_digest(first)
     # As if another export had published version 1 between our choice of number and our rename.
     monkeypatch.setattr(export, "next_version", lambda model_dir: 1)
-    second = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    second = export.export_model(tiny_model(), tmp_path, warmup=False)
     assert second == tmp_path / "tiny" / "2" and exported_version(second) == 2
     assert tree_digest(first) == before
 
@@ -258,7 +384,7 @@ def test_the_next_version_is_past_every_existing_one_even_an_empty_one(tmp_path)
     (tmp_path / "tiny" / "1").mkdir(parents=True)
     (tmp_path / "tiny" / "1" / "saved_model.pb").write_text("version 1")
     (tmp_path / "tiny" / "2").mkdir()
-    path = export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    path = export.export_model(tiny_model(), tmp_path, warmup=False)
     assert path == tmp_path / "tiny" / "3" and exported_version(path) == 3
     assert (tmp_path / "tiny" / "1" / "saved_model.pb").read_text() == "version 1"
     assert list((tmp_path / "tiny" / "2").iterdir()) == []
@@ -275,7 +401,7 @@ def test_an_explicit_version_published_meanwhile_is_not_overwritten(tmp_path, mo
 
     monkeypatch.setattr(export, "float32_copy", publish_version_5_meanwhile)
     with pytest.raises(FileExistsError, match="never overwritten.*version=5"):
-        export.export_saved_model(tiny_model(), tmp_path, version=5, warmup=False)
+        export.export_model(tiny_model(), tmp_path, version=5, warmup=False)
     assert other.read_text() == "another export"
     assert [p.name for p in (tmp_path / "tiny").iterdir()] == ["5"]
 
@@ -295,7 +421,7 @@ def test_staging_left_by_dead_exports_is_removed_and_live_ones_kept(tmp_path):
         (tmp_path / "tiny" / name).mkdir(parents=True)
         (tmp_path / "tiny" / name / "saved_model.pb").write_text("partial")
         os.utime(tmp_path / "tiny" / name, (time.time() - age,) * 2)
-    export.export_saved_model(tiny_model(), tmp_path, warmup=False)
+    export.export_model(tiny_model(), tmp_path, warmup=False)
     kept = {p.name for p in (tmp_path / "tiny").iterdir()}
     assert kept == {"1"} | {name for name, (_, removed) in stagings.items() if not removed}
 
@@ -325,7 +451,7 @@ def test_a_read_only_export_root_fails_before_any_work(tmp_path, monkeypatch, fo
             real_access = os.access
             monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != root and real_access(path, mode))
         with pytest.raises(PermissionError, match="export_dir") as error:
-            export.export_saved_model(tiny_model(), root, warmup=False)
+            export.export_model(tiny_model(), root, warmup=False)
         assert f"{root} is not writable" in str(error.value)
         with pytest.raises(PermissionError, match="export_dir"):
             export.export_registered("quadratic_tiny", root)
@@ -338,26 +464,33 @@ def test_an_export_root_under_a_file_fails_before_any_work(tmp_path, forbid_work
     (tmp_path / "file").write_text("not a directory")
     root = tmp_path / "file" / "saved_models"
     with pytest.raises(NotADirectoryError, match="export_dir") as error:
-        export.export_saved_model(tiny_model(), root, warmup=False)
+        export.export_model(tiny_model(), root, warmup=False)
     assert f"{tmp_path / 'file'} is a file" in str(error.value)
     with pytest.raises(NotADirectoryError, match="export_dir"):
         export.export_registered("quadratic_tiny", root)
     assert (tmp_path / "file").read_text() == "not a directory"
 
 
-def test_models_config_lists_a_model_published_while_it_is_written(tmp_path, monkeypatch):
-    (tmp_path / "a" / "1").mkdir(parents=True)
-    real_write = export.write_atomically
+def test_concurrent_exports_of_two_models_are_both_in_models_config(tmp_path):
+    # models.config is read, changed and rewritten under a lock: neither export's entry is lost.
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(tmp_path), results, name))
+               for name in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    paths = sorted(results.get(timeout=300) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+    assert paths == [str(tmp_path / "a" / "1"), str(tmp_path / "b" / "1")]
+    assert {name: versions for name, (_, _, versions) in served_config(tmp_path).items()} == {"a": [1], "b": [1]}
 
-    def another_export_publishes_meanwhile(path, write):
-        if not (tmp_path / "b").exists():  # after our scan, before our write lands
-            (tmp_path / "b" / "1").mkdir(parents=True)
-            export.write_models_config(tmp_path)
-        real_write(path, write)
 
-    monkeypatch.setattr(export, "write_atomically", another_export_publishes_meanwhile)
-    config = export.write_models_config(tmp_path).read_text()
-    assert 'name: "a"' in config and 'name: "b"' in config
+def test_a_models_config_that_is_not_tf_servings_is_named_and_left_as_it_is(tmp_path):
+    (tmp_path / "models.config").write_text("model_config_list { config { nme: 'x' } }")
+    with pytest.raises(ValueError, match="models.config is not a TF Serving model config"):
+        export.export_model(tiny_model(), tmp_path, warmup=False)
+    assert (tmp_path / "models.config").read_text() == "model_config_list { config { nme: 'x' } }"
 
 
 @pytest.mark.slow

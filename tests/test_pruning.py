@@ -34,13 +34,27 @@ def test_prunes_exactly_the_degenerate_heads():
     assert model.count_params() - pruned.count_params() == 2 * per_head
 
 
+def test_the_pruned_model_is_a_new_configuration_that_saves_and_reloads_as_itself(tmp_path):
+    import keras
+
+    model = degenerate_model()
+    pruned, _ = prune_degenerate_heads(model)
+    assert type(pruned) is type(model) and pruned.name == "gaussian_tiny_pruned"
+    assert pruned.config.num_heads == (7, 9) and pruned.get_config()["num_heads"] == (7, 9)
+    pruned.save(tmp_path / "pruned.keras")
+    reloaded = keras.saving.load_model(tmp_path / "pruned.keras")
+    assert reloaded.config == pruned.config
+    x = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(ops.convert_to_numpy(reloaded(x)), ops.convert_to_numpy(pruned(x)))
+
+
 def assert_pruned_equals_silenced(model, pruned, heads):
     """The original with the pruned heads' output silenced is the same function as the pruned model."""
     attention = model.get_layer("encoder_0").attention
     kernel = ops.convert_to_numpy(attention.output_kernel).copy()
     kernel[list(heads)] = 0.0
     attention.output_kernel.assign(kernel)
-    x = np.random.default_rng(0).normal(size=(2, 8, 8, 3)).astype("float32")
+    x = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3), dtype=np.uint8)
     np.testing.assert_allclose(ops.convert_to_numpy(pruned(x)), ops.convert_to_numpy(model(x)), atol=1e-5)
 
 
@@ -73,7 +87,7 @@ def test_threshold_arguments_decide():
 
 
 def test_rejects_models_without_gaussian_heads():
-    with pytest.raises(ValueError, match="no TransformerEncoderBlock"):
+    with pytest.raises(ValueError, match="must be an AttentionClassifier.*class ResNet"):
         prune_degenerate_heads(build_model("resnet_tiny"))
     with pytest.raises(ValueError, match="position-only Gaussian"):
         prune_degenerate_heads(build_model("learned_tiny", **SMALL))
@@ -83,5 +97,5 @@ def test_fine_tuning_uses_a_tenth_of_the_learning_rate():
     pruned, _ = prune_degenerate_heads(degenerate_model())
     compile_for_fine_tuning(pruned, total_steps=10, learning_rate=0.1)
     assert float(ops.convert_to_numpy(pruned.optimizer.learning_rate)) == pytest.approx(0.01)  # step 0
-    loss = pruned.train_on_batch(np.zeros((2, 8, 8, 3), "float32"), np.array([0, 1]))
+    loss = pruned.train_on_batch(np.zeros((2, 8, 8, 3), "uint8"), np.array([0, 1]))
     assert np.isfinite(loss[0] if isinstance(loss, list) else loss)

@@ -40,6 +40,31 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
     best = keras.saving.load_model(run / "checkpoints" / "best.keras")
     assert best.output_shape == (None, 10)
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["train_images_per_second"] > 0
+    assert metrics["preset"] == str(run / "preset")
+
+
+def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metrics_of_its_weights(small_npz, tmp_path):
+    from keras_attnconv import from_preset
+    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.input_pipeline import ArrayBatches
+    from keras_attnconv.presets import load_preset_metadata
+
+    config = small_config(small_npz, tmp_path / "run", epochs=3)
+    train(config)
+    run = tmp_path / "run"
+    model, metadata = from_preset(run / "preset"), load_preset_metadata(run / "preset")
+    info = dataset_info(small_npz)
+    assert model.name == "quadratic_tiny" and model.class_names == info.class_names
+    assert (model.config.pixel_mean, model.config.pixel_std, model.config.image_size) == (info.mean, info.std, 8)
+    best = json.loads((run / "checkpoints" / "best.json").read_text())
+    assert metadata["metrics"]["epoch"] == best["epoch"]
+    # The metrics are those of the preset's weights (the best epoch's), measured again on them.
+    assert metadata["metrics"]["eval_accuracy"] == pytest.approx(best["val_accuracy"], abs=1e-6)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    images, labels = load_arrays(small_npz, "test")
+    _, accuracy = model.evaluate(ArrayBatches(images, labels, batch_size=20), verbose=0)
+    assert accuracy == pytest.approx(metadata["metrics"]["eval_accuracy"], abs=1e-6)
+    assert metadata["recipe"]["epochs"] == 3 and metadata["dataset"] == small_npz
 
 
 def test_finished_runs_are_not_overwritten(small_npz, tmp_path):
@@ -106,7 +131,7 @@ def test_mixed_precision_is_the_models_own_with_float32_predictions(small_npz, t
     assert isinstance(trained_model.optimizer, keras.optimizers.LossScaleOptimizer) == (precision == "mixed_float16")
     model = keras.saving.load_model(tmp_path / precision / "checkpoints" / "best.keras", compile=False)
     assert model.get_layer("encoder_0").dtype_policy.name == precision
-    predictions = model.predict(np.zeros((2, 8, 8, 3), "float32"), verbose=0)
+    predictions = model.predict(np.zeros((2, 8, 8, 3), "uint8"), verbose=0)
     assert predictions.dtype == np.float32 and np.isfinite(predictions).all()
 
 
@@ -142,8 +167,9 @@ def test_training_learns_real_cifar10_images(tmp_path):
     assert metrics["eval_accuracy"] > 0.2
     assert (Path(metrics["export"]) / "saved_model.pb").exists()  # `attnconv train` exports the best checkpoint
     metadata = json.loads((Path(metrics["export"]) / "assets.extra" / "metadata.json").read_text())
-    assert metadata["weights"].startswith("trained") and metadata["best_val_accuracy"] > 0.2
-    assert metadata["model_config"]["num_layers"] == 2 and metadata["training_config"]["epochs"] == 3
+    assert metadata["weights"].startswith("trained") and metadata["metrics"]["eval_accuracy"] > 0.2
+    assert metadata["metrics"]["eval_accuracy"] == pytest.approx(metrics["best_val_accuracy"], abs=1e-6)
+    assert metadata["config"]["num_layers"] == 2 and metadata["recipe"]["epochs"] == 3
 
 
 @pytest.mark.slow
@@ -210,15 +236,17 @@ def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz, tmp_path, monkeypatch):
     from keras_attnconv.callbacks import NonFiniteLossError
-    from keras_attnconv.input_pipeline import ArrayBatches
+    from keras_attnconv.input_pipeline import EpochSync
 
-    clean = ArrayBatches.__getitem__
+    synced = EpochSync.on_epoch_begin
 
-    def poisoned_in_the_second_epoch(self, index):
-        images, labels = clean(self, index)
-        return (images * np.nan if self.augment and self.epoch == 1 else images), labels
+    def diverging_in_the_second_epoch(self, epoch, logs=None):
+        synced(self, epoch, logs)
+        if epoch == 1:
+            kernel = self.model.get_layer("embedding").kernel
+            kernel.assign(np.full(kernel.shape, np.nan, "float32"))
 
-    monkeypatch.setattr(ArrayBatches, "__getitem__", poisoned_in_the_second_epoch)
+    monkeypatch.setattr(EpochSync, "on_epoch_begin", diverging_in_the_second_epoch)
     run = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match="loss became nan during epoch 2"):
         train(small_config(small_npz, run, epochs=3))

@@ -1,7 +1,5 @@
 """The attention figures: panels per layer/head, centres drawn where the layers put them, files written."""
 
-import json
-
 import matplotlib
 import numpy as np
 import pytest
@@ -9,7 +7,7 @@ from keras import ops
 
 matplotlib.use("Agg")
 
-from keras_attnconv import build_model, viz  # noqa: E402
+from keras_attnconv import build_model, save_to_preset, viz  # noqa: E402
 
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 12}
 
@@ -29,13 +27,15 @@ def test_centres_figure_draws_each_layers_centres(name):
 
 def test_attention_maps_have_one_panel_per_head_and_layer():
     model = build_model("quadratic_tiny", seed=0, **SMALL)
-    figure = viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(3, 2))
+    figure = viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), query=(3, 2))
     images = [a for a in figure.axes if a.get_visible() and a.images]
     assert len(images) == 2 * 9
     probabilities = images[0].images[0].get_array()
     assert probabilities.shape == (6, 6) and np.isclose(probabilities.sum(), 1.0, atol=1e-5)
     with pytest.raises(ValueError, match=r"query=\(6, 0\)"):
-        viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(6, 0))
+        viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), query=(6, 0))
+    with pytest.raises(ValueError, match="uint8 image.*Received: image float64"):
+        viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(3, 2))
 
 
 def test_models_without_centres_are_rejected():
@@ -44,10 +44,8 @@ def test_models_without_centres_are_rejected():
 
 
 def _run_directory(path, model, dataset, history=None):
-    """A training run directory as `train` leaves it: best checkpoint, resolved config, centre history."""
-    (path / "checkpoints").mkdir(parents=True)
-    model.save(path / "checkpoints" / "best.keras")
-    (path / "config.json").write_text(json.dumps({"dataset": dataset}))
+    """A training run directory as `train` leaves it: its best model as a preset, the centre history."""
+    save_to_preset(model, path / "preset", metadata={"dataset": dataset})
     if history is not None:
         np.savez(path / "centers_history.npz", **history)
     return path
@@ -68,17 +66,25 @@ def test_run_figures_draw_the_checkpoints_centres_and_the_recorded_history(tmp_p
 
 def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_path):
     from keras_attnconv.analysis import attention_probabilities
-    from keras_attnconv.data import dataset_info, load_arrays, normalize_numpy
+    from keras_attnconv.data import dataset_info, load_arrays
 
     model = build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32})
     figures = viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
     assert sorted(figures) == ["attention_maps"]  # learned heads have no centres, no history was recorded
-    info = dataset_info("cifar10_sample")
-    image = normalize_numpy(load_arrays("cifar10_sample", info.eval_split)[0][:1], info)[0]
+    image = load_arrays("cifar10_sample", dataset_info("cifar10_sample").eval_split)[0][0]
     expected = attention_probabilities(model, image)[0][0, 8 * 16 + 8].reshape(16, 16)  # query (8, 8) of 16x16
     np.testing.assert_allclose(figures["attention_maps"].axes[0].images[0].get_array(), expected, atol=1e-6)
 
 
-def test_run_figures_need_a_run_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="run="):
+def test_run_figures_need_a_run_or_a_preset(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"neither a finished training run.*source='{tmp_path}'"):
         viz.run_figures(tmp_path)
+
+
+def test_a_preset_is_plotted_like_its_run(tmp_path):
+    model = build_model("quadratic_tiny", seed=0, **{**SMALL, "image_size": 32})
+    run = _run_directory(tmp_path / "run", model, "cifar10_sample")
+    from_run, from_preset = viz.run_figures(run), viz.run_figures(run / "preset")
+    assert sorted(from_run) == sorted(from_preset) == ["attention_centers", "attention_maps"]
+    np.testing.assert_array_equal(from_run["attention_maps"].axes[0].images[0].get_array(),
+                                  from_preset["attention_maps"].axes[0].images[0].get_array())

@@ -15,18 +15,18 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
                          model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
                          runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
                          jit_compile=False)
-    published = export.export_registered
+    published = export.export_source
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt("killed during the export")
 
-    monkeypatch.setattr(export, "export_registered", killed)
+    monkeypatch.setattr(export, "export_source", killed)
     with pytest.raises(KeyboardInterrupt):
         workflow.train_and_export(config)
     run = tmp_path / "runs" / "small"
     assert (run / "metrics.json").exists() and not (run / workflow.EXPORT_RECORD).exists()
 
-    monkeypatch.setattr(export, "export_registered", published)
+    monkeypatch.setattr(export, "export_source", published)
     monkeypatch.setattr(workflow, "train", lambda config: pytest.fail("a finished run must not be retrained"))
     metrics = workflow.train_and_export(config)
     assert Path(metrics["run_dir"]) == run and Path(metrics["export"]) == tmp_path / "saved" / "quadratic_tiny" / "1"
@@ -57,7 +57,7 @@ def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(s
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout[result.stdout.index("{\n"):])  # after the epoch lines
     assert summary["optimizer_steps"] == 4 and summary["export"] is None
-    assert f"KERAS_BACKEND=tensorflow attnconv export --run {tmp_path / 'run'}" in result.stderr
+    assert f"KERAS_BACKEND=tensorflow attnconv export {tmp_path / 'run'} --export-dir" in result.stderr
     assert not (tmp_path / "saved").exists()
 
 

@@ -10,7 +10,8 @@
 (c) each step's achieved GFLOP/s as a fraction of a large matmul's, measured
     in the same run;
 (d) the memory of training local and global models on large images: the
-    compiled step's and the whole process' peak (compilation included).
+    compiled step's and the whole process' peak (compilation included);
+(e) inference in each export format's runtime beside Keras (`formats`).
 
 Only `keras`, `keras.ops` and NumPy are used, so the benchmark runs on any
 backend. Times on a shared machine are noisy: compare the ratios, not the
@@ -23,7 +24,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.bench.measure import device_peak_memory, interleaved, matmul_step, run_in_workers
+from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, format_benchmark, formats_markdown
+from keras_attnconv.bench.measure import (
+    device_peak_memory,
+    interleaved,
+    matmul_step,
+    random_images,
+    run_in_workers,
+)
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
@@ -56,13 +64,13 @@ FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "rep
         "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
         + _memory_cases(("learned_content_local", "learned_content"), batches=(8,), rematerialize=True)
         + _memory_cases(("learned_content_local",), batches=(4,), rematerialize=True),
-        "memory_image_size": 64}
+        "memory_image_size": 64, "format_models": FORMATS_FULL["format_models"]}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
          "comparisons": ("separable", "window7"),
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
          "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
          + _memory_cases(("learned_content_local_tiny",), batches=(2,), rematerialize=True),
-         "memory_image_size": 16}
+         "memory_image_size": 16, "format_models": FORMATS_QUICK["format_models"]}
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
 
@@ -165,7 +173,7 @@ def _model_step(name, model_batch, precision, image_size=32, **options):
     model = build_model(name, seed=0, dtype=precision, image_size=image_size, **options)
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
-    x = np.random.default_rng(0).normal(size=(model_batch, *model.input_shape[1:])).astype("float32")
+    x = random_images(model_batch, image_size)
     y = np.arange(model_batch) % 10
     return model, lambda: model.train_on_batch(x, y)
 
@@ -189,7 +197,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
 
 
 def run_benchmark(quick=False, output="bench.json", **overrides):
-    """Runs (a), (b), (c), (d); writes JSON to `output` and markdown tables beside it; returns the results."""
+    """Runs (a) to (e); writes JSON to `output` and markdown tables beside it; returns the results."""
     settings = {**(QUICK if quick else FULL), **overrides}
     results = {
         "machine": machine(),
@@ -197,6 +205,7 @@ def run_benchmark(quick=False, output="bench.json", **overrides):
         "layer": layer_benchmark(**settings),
         "models": model_step_benchmark(**settings),
         "model_memory": model_memory_benchmark(**settings),
+        "formats": format_benchmark(**settings),
     }
     write_json(output, results)
     write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(markdown_tables(results) + "\n"))
@@ -266,4 +275,5 @@ def markdown_tables(results):
               "| model | options | batch | step MiB | process peak MiB |", "|---|---|---|---|---|"]
     lines += [f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
               f"| {_mib(row.get('step_mib'))} | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
+    lines += ["", formats_markdown(results["formats"], settings["repeats"])]
     return "\n".join(lines)

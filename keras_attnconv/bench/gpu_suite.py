@@ -35,6 +35,7 @@ from keras_attnconv.bench.measure import (
     device_peak_memory,
     interleaved,
     matmul_step,
+    random_images,
     run_in_workers,
 )
 from keras_attnconv.callbacks import Throughput
@@ -75,8 +76,7 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
     """One model in one precision (on one forced attention path): times, throughput, memory. A worker's job."""
     keras.utils.set_random_seed(0)
     built, auto_path = _build(model, precision, image_size, forced_path)
-    rng = np.random.default_rng(0)
-    x = ops.convert_to_tensor(rng.normal(size=(batch, image_size, image_size, 3)).astype("float32"))
+    x = ops.convert_to_tensor(random_images(batch, image_size))
     y = ops.convert_to_tensor((np.arange(batch) % 10).astype("int32"))
 
     def step():
@@ -87,7 +87,7 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
     seconds, compile_seconds = interleaved({"step": step}, steps, warmup=warmup_steps)
     step_seconds = seconds["step"]
 
-    images = rng.normal(size=(fit_images, image_size, image_size, 3)).astype("float32")
+    images = random_images(fit_images, image_size, seed=1)
     labels = (np.arange(fit_images) % 10).astype("int32")
     # The epoch's end waits for the device (its logs are read on the host); the first epoch is the warm-up.
     throughput = Throughput(fit_images)

@@ -139,6 +139,11 @@ def device_description():
     return description
 
 
+def random_images(count, image_size, seed=0):
+    """`count` random uint8 images (count, image_size, image_size, 3): what the zoo's models take."""
+    return np.random.default_rng(seed).integers(0, 256, (count, image_size, image_size, 3), dtype=np.uint8)
+
+
 def matmul_step(n, dtype):
     """An n x n matmul in `dtype` (2 n^3 FLOPs) that waits for its result: the device's reference rate."""
     a = ops.cast(ops.convert_to_tensor(np.random.default_rng(0).normal(size=(n, n)).astype("float32")), dtype)

@@ -7,6 +7,7 @@ from keras_attnconv.layers.downsampling import InvertibleDownsampling
 from keras_attnconv.layers.encoder import TransformerEncoderBlock
 from keras_attnconv.layers.gaussian_score import DiagonalGaussianScore, GaussianScore
 from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
+from keras_attnconv.layers.pixel_normalization import PixelNormalization
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
 from keras_attnconv.layers.quadratic_score import QuadraticScore
@@ -22,6 +23,7 @@ __all__ = [
     "InvertibleDownsampling",
     "LearnedPositionEmbedding",
     "LearnedRelativeScore",
+    "PixelNormalization",
     "PositionScore",
     "QuadraticScore",
     "RelativeMultiHeadAttention",

@@ -1,6 +1,7 @@
-"""The model zoo: the paper's attention classifiers and ResNet baselines."""
+"""The model zoo: the paper's attention classifiers and ResNet baselines, one `keras.Model` class per family."""
 
-from keras_attnconv.models.attention_classifier import AttentionClassifierConfig, build_attention_classifier
+from keras_attnconv.models.attention_classifier import AttentionClassifier, AttentionClassifierConfig
+from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.registry import (
     PaperFigures,
     build_model,
@@ -8,15 +9,17 @@ from keras_attnconv.models.registry import (
     get_paper_figures,
     list_models,
 )
-from keras_attnconv.models.resnet import ResNetConfig, build_resnet
+from keras_attnconv.models.resnet import ResNet, ResNetConfig
 
 __all__ = [
+    "AttentionClassifier",
     "AttentionClassifierConfig",
+    "ClassifierConfig",
+    "ImageClassifier",
     "PaperFigures",
+    "ResNet",
     "ResNetConfig",
-    "build_attention_classifier",
     "build_model",
-    "build_resnet",
     "get_model_config",
     "get_paper_figures",
     "list_models",

@@ -1,4 +1,4 @@
-"""The paper's fully attentional image classifier, built from a config."""
+"""The paper's fully attentional image classifier: `AttentionClassifierConfig` and the `AttentionClassifier` model."""
 
 import dataclasses
 
@@ -13,20 +13,27 @@ from keras_attnconv.layers import (
     TransformerEncoderBlock,
 )
 from keras_attnconv.layers.neighbourhood import check_window, dilation_pair, window_pair
-from keras_attnconv.models.validation import check_config_fields, dtype_policy
-from keras_attnconv.utils import check_bool, check_positive_int
+from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
+from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.utils import check_bool, check_positive_int, did_you_mean
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
+#: `RelativeMultiHeadAttention` arguments that `attention_options` may set (the config's own fields set the others).
+ATTENTION_OPTIONS = ("use_key_bias", "content_scale", "position_key_projection", "use_bias", "bias_initializer",
+                     "separable", "windowed")
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionClassifierConfig:
+class AttentionClassifierConfig(ClassifierConfig):
     """Hyper-parameters of the self-attention classifier (defaults: Table 2).
 
-    Input ``image_size x image_size x 3`` -> ``InvertibleDownsampling(downsampling)``
-    -> ``Dense(hidden_dim)`` -> ``num_layers`` encoder blocks -> global average
-    pool -> ``Dense(num_classes)`` (float32 logits). `build` makes the model in
-    any dtype policy (``config.build(dtype="mixed_bfloat16")``).
+    uint8 input ``image_size x image_size x 3`` -> `PixelNormalization` ->
+    ``InvertibleDownsampling(downsampling)`` -> ``Dense(hidden_dim)`` ->
+    ``num_layers`` encoder blocks -> global average pool ->
+    ``Dense(num_classes)`` (float32 logits). `build` makes the
+    `AttentionClassifier` in any dtype policy (``config.build(dtype="mixed_bfloat16")``).
+    The fields of `ClassifierConfig` (``num_classes``, ``image_size``,
+    ``class_names``, ``pixel_mean``, ``pixel_std``) come first.
 
     Attributes:
         num_layers: encoder blocks.
@@ -54,12 +61,13 @@ class AttentionClassifierConfig:
             keeping them, every block's feed-forward activations and, with a
             window, the attention's per-head tensors (less memory for about
             one more forward pass of each; see `TransformerEncoderBlock`).
+        attention_options: None or a dict of further `RelativeMultiHeadAttention`
+            arguments for every block, among `ATTENTION_OPTIONS` (e.g.
+            ``{"separable": False}`` forces the general eq. (8) path).
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
         initializer_range: std (> 0) of the N(0, s^2) kernel initialisation (BERT's 0.02).
-        num_classes: classes of the classifier.
-        image_size: side of the square input image; a multiple of `downsampling`.
     """
 
     num_layers: int = 6
@@ -76,20 +84,19 @@ class AttentionClassifierConfig:
     window: "int | tuple[int, int] | None" = None
     dilation: "int | tuple[int, int]" = 1
     rematerialize: bool = False
+    attention_options: "dict | None" = None
     dropout: float = 0.1
     attention_dropout: float = 0.1
     layer_norm_epsilon: float = 1e-12
     downsampling: int = 2
     initializer_range: float = 0.02
-    num_classes: int = 10
-    image_size: int = 32
 
     def __post_init__(self):
+        super().__post_init__()
         for name in ("num_heads", "window", "dilation"):  # TOML and JSON give lists
             if isinstance(getattr(self, name), list):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-        check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling",
-                                            "image_size"),
+                self._set(name, tuple(getattr(self, name)))
+        check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling"),
                             rates=("dropout", "attention_dropout"), positive_numbers=("initializer_range",),
                             optional_positive=("position_embedding_dim",))
         if self.window is not None:  # the layer's own rules, checked before anything is built
@@ -137,6 +144,15 @@ class AttentionClassifierConfig:
             raise ValueError(
                 "At least one of use_content_content, use_content_position, use_position_bias must be True."
             )
+        if self.attention_options is not None:
+            if not isinstance(self.attention_options, dict):
+                raise ValueError("`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
+                                 f"Received: attention_options={self.attention_options!r}")
+            for option in self.attention_options:
+                if option not in ATTENTION_OPTIONS:
+                    raise ValueError(f"`attention_options` may set {', '.join(ATTENTION_OPTIONS)} (the config's own "
+                                     f"fields set the others).{did_you_mean(option, ATTENTION_OPTIONS)} "
+                                     f"Received: attention_options={self.attention_options!r}")
 
     @property
     def heads_per_layer(self):
@@ -146,7 +162,8 @@ class AttentionClassifierConfig:
         return (self.num_heads,) * self.num_layers
 
     def build(self, name=None, dtype=None):
-        return build_attention_classifier(self, name=name, dtype=dtype)
+        """The `AttentionClassifier` of this config, every layer in the dtype policy `dtype`."""
+        return AttentionClassifier(**dataclasses.asdict(self), name=name, dtype=dtype)
 
 
 def _position_score(config, num_heads, dtype):
@@ -162,63 +179,66 @@ def _position_score(config, num_heads, dtype):
     )
 
 
-def build_attention_classifier(config, name=None, dtype=None):
-    """Builds the functional Keras model described by `config` (logits output), every layer in `dtype`.
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class AttentionClassifier(ImageClassifier):
+    """The paper's fully attentional classifier (section 4; Table 2 by default).
 
-    `dtype` is a dtype policy as `build_model` takes it (None: Keras' global
-    policy); the logits layer is float32 under any policy.
+    Its constructor arguments are the fields of `AttentionClassifierConfig`
+    (which checks them) and those of `ImageClassifier` (``dtype``, ``name``);
+    `get_config` returns them, so a ``.keras`` file reloads as this class.
+
+    Example:
+    >>> model = AttentionClassifier(num_layers=2, hidden_dim=48, intermediate_dim=96, name="mine")
+    >>> model(np.zeros((1, 32, 32, 3), "uint8")).shape
+    (1, 10)
     """
-    dtype = dtype_policy(dtype)
-    initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
-    inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
-    x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(inputs)
-    x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, dtype=dtype, name="embedding")(x)
-    if config.absolute_encoding:
-        encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
-        x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])
-    attention_options = {
-        "use_content_content": config.use_content_content,
-        "use_content_position": config.use_content_position,
-        "use_position_bias": config.use_position_bias,
-        "key_dim": config.hidden_dim,
-    }
-    if config.attention_span is not None:
-        attention_options["attention_span"] = dict(config.attention_span)
-    if config.window is not None:  # only when set: configs saved before windows existed stay as they were
-        attention_options.update(window=config.window, dilation=config.dilation)
-    for index, num_heads in enumerate(config.heads_per_layer):
-        x = TransformerEncoderBlock(
-            num_heads=num_heads,
-            intermediate_dim=config.intermediate_dim,
-            position_score=_position_score(config, num_heads, dtype),
-            attention_options=attention_options,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            kernel_initializer=initializer,
-            rematerialize=config.rematerialize,
-            dtype=dtype,
-            name=f"encoder_{index}",
-        )(x)
-    x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
-    # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
-    outputs = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
-    model = keras.Model(inputs, outputs, name=name or "attention_classifier")
-    model.dtype_policy = dtype  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
-    return model
+
+    config_class = AttentionClassifierConfig
+    default_name = "attention_classifier"
+
+    @staticmethod
+    def features(x, config, dtype):
+        initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
+        x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(x)
+        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, dtype=dtype, name="embedding")(x)
+        if config.absolute_encoding:
+            encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
+            x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])
+        attention_options = {
+            **(config.attention_options or {}),
+            "use_content_content": config.use_content_content,
+            "use_content_position": config.use_content_position,
+            "use_position_bias": config.use_position_bias,
+            "key_dim": config.hidden_dim,
+        }
+        if config.attention_span is not None:
+            attention_options["attention_span"] = dict(config.attention_span)
+        if config.window is not None:  # only when set: configs saved before windows existed stay as they were
+            attention_options.update(window=config.window, dilation=config.dilation)
+        for index, num_heads in enumerate(config.heads_per_layer):
+            x = TransformerEncoderBlock(
+                num_heads=num_heads,
+                intermediate_dim=config.intermediate_dim,
+                position_score=_position_score(config, num_heads, dtype),
+                attention_options=attention_options,
+                dropout=config.dropout,
+                attention_dropout=config.attention_dropout,
+                layer_norm_epsilon=config.layer_norm_epsilon,
+                kernel_initializer=initializer,
+                rematerialize=config.rematerialize,
+                dtype=dtype,
+                name=f"encoder_{index}",
+            )(x)
+        return x
 
 
 def with_attention_options(model, **options):
-    """A copy of an attention classifier (weights and dtype policy too) with `options` set on every attention layer.
+    """A copy of an `AttentionClassifier` (weights and dtype policy too) with `options` on every attention layer.
 
-    E.g. ``with_attention_options(model, separable=False)`` forces the general eq. (8) path.
+    E.g. ``with_attention_options(model, separable=False)`` forces the general
+    eq. (8) path. The options go into the copy's config (``attention_options``),
+    so it saves and reloads with them.
     """
-    config = model.get_config()
-    for layer in config["layers"]:
-        if layer["class_name"] == "TransformerEncoderBlock":
-            layer["config"]["attention_options"].update(options)
-    copy = keras.Model.from_config(config)
-    copy.set_weights(model.get_weights())
-    copy.dtype_policy = model.dtype_policy
-    return copy
-
+    if not isinstance(model, AttentionClassifier):
+        raise ValueError(f"`model` must be an AttentionClassifier. Received: model of class {type(model).__name__}")
+    return model.with_config(attention_options={**(model.config.attention_options or {}), **options})

@@ -108,16 +108,9 @@ def _entry(name):
 def get_model_config(name, **overrides):
     """The frozen config registered under `name`, with `overrides` applied and validated."""
     config = _entry(name).config
-    fields = {f.name for f in dataclasses.fields(config)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        field = unknown[0]
-        raise ValueError(
-            f"Unknown override {field!r} for model {name!r}.{did_you_mean(field, fields)} "
-            f"Valid fields: {', '.join(sorted(fields))}. "
-            f"Received: {field}={overrides[field]!r}"
-        )
-    return dataclasses.replace(config, **overrides) if overrides else config
+    if not overrides:
+        return config
+    return type(config).from_fields({**dataclasses.asdict(config), **overrides}, f"model {name!r}")
 
 
 def get_paper_figures(name):
@@ -129,9 +122,10 @@ def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, *
     """Builds a registered model: ``keras_attnconv.build_model("quadratic", dtype="mixed_bfloat16")``.
 
     Args:
-        name: a name from `list_models()`.
+        name: a name from `list_models()`; the model's name (its identity
+            when saved, preset and exported).
         num_classes: classes of the classifier (10 for CIFAR-10, 100 for CIFAR-100).
-        image_size: side of the square input images.
+        image_size: side of the square uint8 input images.
         seed: int or None. When given, seeds Keras' global random state
             (``keras.utils.set_random_seed``) before building, so two builds
             with the same seed have the same weights.
@@ -142,11 +136,14 @@ def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, *
             The model's own ``dtype_policy`` is set too, so that ``compile``
             wraps the optimizer in a `LossScaleOptimizer` for ``"mixed_float16"``.
         **overrides: any other field of the model's config (``num_layers``,
-            ``hidden_dim``, ``num_heads``, ...).
+            ``hidden_dim``, ``num_heads``, ``class_names``, ``pixel_mean``, ...).
 
     Returns:
-        An uncompiled functional `keras.Model` from ``(image_size, image_size, 3)``
-        float images to float32 logits (the logits layer is float32 under any `dtype`).
+        An uncompiled model of the family's class (`AttentionClassifier` or
+        `ResNet`) from uint8 images ``(batch, image_size, image_size, 3)`` to
+        float32 logits (the normalisation and the logits layer are float32
+        under any `dtype`). Its ``get_config()`` is its configuration, so a
+        ``.keras`` file of it reloads as the same class.
     """
     config = get_model_config(name, num_classes=num_classes, image_size=image_size, **overrides)
     dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing

@@ -1,42 +1,39 @@
-"""CIFAR ResNets (He et al., 2015, 3x3 stem for 32x32 images): the paper's baselines."""
+"""CIFAR ResNets (He et al., 2015, 3x3 stem for 32x32 images), the paper's baselines: `ResNetConfig`, `ResNet`."""
 
 import dataclasses
 
 import keras
 
-from keras_attnconv.models.validation import check_config_fields, dtype_policy
+from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 
 
 @dataclasses.dataclass(frozen=True)
-class ResNetConfig:
-    """A CIFAR ResNet with basic blocks.
+class ResNetConfig(ClassifierConfig):
+    """A CIFAR ResNet with basic blocks, after the fields of `ClassifierConfig`.
 
     Attributes:
         blocks_per_stage: basic blocks in each of the stages (ResNet-18: 2, 2, 2, 2).
         widths: channels of each stage (64, 128, 256, 512).
-        num_classes: classes of the classifier.
-        image_size: side of the square input image.
     """
 
     blocks_per_stage: "tuple[int, ...]" = (2, 2, 2, 2)
     widths: "tuple[int, ...]" = (64, 128, 256, 512)
-    num_classes: int = 10
-    image_size: int = 32
 
     def __post_init__(self):
+        super().__post_init__()
         for field in ("blocks_per_stage", "widths"):
             value = tuple(getattr(self, field))
-            object.__setattr__(self, field, value)
+            self._set(field, value)
             if not value or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
                 raise ValueError(f"`{field}` must be a non-empty tuple of positive integers. "
                                  f"Received: {field}={value}")
         if len(self.blocks_per_stage) != len(self.widths):
             raise ValueError(f"`blocks_per_stage` and `widths` must have one entry per stage. "
                              f"Received: blocks_per_stage={self.blocks_per_stage}, widths={self.widths}")
-        check_config_fields(self, positive=("image_size",))
 
     def build(self, name=None, dtype=None):
-        return build_resnet(self, name=name, dtype=dtype)
+        """The `ResNet` of this config, every layer in the dtype policy `dtype`."""
+        return ResNet(**dataclasses.asdict(self), name=name, dtype=dtype)
 
 
 def _conv_bn(x, filters, kernel_size, strides, name, dtype):
@@ -55,21 +52,18 @@ def _basic_block(x, filters, strides, name, dtype):
     return keras.layers.ReLU(dtype=dtype, name=f"{name}_out")(added)
 
 
-def build_resnet(config, name=None, dtype=None):
-    """Builds the functional Keras ResNet described by `config` (logits output) in the dtype policy `dtype`.
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class ResNet(ImageClassifier):
+    """A CIFAR ResNet classifier; its constructor arguments are the fields of `ResNetConfig` (see `ImageClassifier`)."""
 
-    See `build_model` for `dtype`; the logits layer is float32 under any policy.
-    """
-    dtype = dtype_policy(dtype)
-    inputs = keras.Input((config.image_size, config.image_size, 3), name="images")
-    x = keras.layers.ReLU(dtype=dtype, name="stem_relu")(_conv_bn(inputs, config.widths[0], 3, 1, "stem", dtype))
-    for stage, (blocks, filters) in enumerate(zip(config.blocks_per_stage, config.widths)):
-        for block in range(blocks):
-            strides = 2 if stage > 0 and block == 0 else 1
-            x = _basic_block(x, filters, strides, f"stage{stage + 1}_block{block + 1}", dtype)
-    x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
-    # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
-    outputs = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
-    model = keras.Model(inputs, outputs, name=name or "resnet")
-    model.dtype_policy = dtype  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
-    return model
+    config_class = ResNetConfig
+    default_name = "resnet"
+
+    @staticmethod
+    def features(x, config, dtype):
+        x = keras.layers.ReLU(dtype=dtype, name="stem_relu")(_conv_bn(x, config.widths[0], 3, 1, "stem", dtype))
+        for stage, (blocks, filters) in enumerate(zip(config.blocks_per_stage, config.widths)):
+            for block in range(blocks):
+                strides = 2 if stage > 0 and block == 0 else 1
+                x = _basic_block(x, filters, strides, f"stage{stage + 1}_block{block + 1}", dtype)
+        return x

@@ -14,8 +14,6 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
         rates: fields that must be real numbers in [0, 1) (dropout rates).
         positive_numbers: fields that must be finite real numbers > 0.
         optional_positive: fields that are None (a default) or integers >= 1.
-
-    `num_classes`, when the config has it, must be an integer >= 2.
     """
     for field in positive:
         check_positive_int(field, getattr(config, field))
@@ -26,9 +24,6 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
         check_rate(field, getattr(config, field))
     for field in positive_numbers:
         check_positive_number(field, getattr(config, field))
-    num_classes = getattr(config, "num_classes", None)
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
 
 
 def dtype_policy(dtype):

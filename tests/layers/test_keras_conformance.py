@@ -32,6 +32,7 @@ from keras_attnconv.layers import (
     InvertibleDownsampling,
     LearnedPositionEmbedding,
     LearnedRelativeScore,
+    PixelNormalization,
     QuadraticScore,
     RelativeMultiHeadAttention,
     SinusoidalPositionEmbedding,
@@ -115,6 +116,8 @@ CASES = [
                                        "use_content_content": True, "use_position_bias": False, "key_dim": 4,
                                        "window": 3, "windowed": True}},
          case_id="TransformerEncoderBlock-rematerialized", untrained=("key_bias",)),
+    pytest.param(LayerCase(PixelNormalization, {"mean": (0.5, 0.4, 0.3), "std": (0.2, 0.25, 0.3)}, (2, 4, 4, 3),
+                           (2, 4, 4, 3)), id="PixelNormalization"),
     case(LearnedPositionEmbedding, {}),
     case(SinusoidalPositionEmbedding, {"max_wavelength": 500.0}),
     # The wrapped attention keeps the policy of its own config (float32 here), as `conv_to_attention` makes it.

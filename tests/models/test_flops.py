@@ -31,7 +31,7 @@ def graph_matmul_flops(model, batch):
     import tensorflow as tf
     from tensorflow.python.framework import ops as tf_ops
 
-    spec = tf.TensorSpec((batch, *model.input_shape[1:]), tf.float32)
+    spec = tf.TensorSpec((batch, *model.input_shape[1:]), tf.uint8)
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
     total = 0
     for op in graph.get_operations():

@@ -56,7 +56,7 @@ def small_model(request):
 
 def batch(size=4, image_size=8):
     rng = np.random.default_rng(0)
-    return rng.normal(size=(size, image_size, image_size, 3)).astype("float32"), rng.integers(0, 10, size)
+    return rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8), rng.integers(0, 10, size)
 
 
 def test_every_model_takes_a_jit_compiled_fit_step(small_model):
@@ -70,11 +70,13 @@ def test_every_model_takes_a_jit_compiled_fit_step(small_model):
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
 
 
-def test_every_model_saves_and_reloads_identically(small_model, tmp_path):
+def test_every_model_saves_and_reloads_as_itself(small_model, tmp_path):
     name, model = small_model
     path = tmp_path / f"{name}.keras"
     model.save(path)
     restored = keras.saving.load_model(path, safe_mode=True)
+    assert type(restored) is type(model) and restored.name == name
+    assert restored.get_config() == model.get_config() and restored.config == model.config
     x, _ = batch()
     np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
 
@@ -111,7 +113,9 @@ def test_dtype_is_every_layers_policy_with_float32_logits(name, dtype):
     if name == "learned_tiny":  # its position scores are made by the model too, one per block's attention
         created += [model.get_layer(f"encoder_{index}").attention.position_score for index in range(2)]
     policies = {layer.name: layer.dtype_policy.name for layer in created}
-    assert policies == {**{layer.name: requested for layer in created}, "logits": "float32"}
+    # The normalisation of the uint8 pixels and the logits are float32 under any policy.
+    assert policies == {**{layer.name: requested for layer in created}, "pixel_normalization": "float32",
+                        "logits": "float32"}
     assert model.dtype_policy.name == requested
     logits = model(batch()[0])
     assert logits.dtype == "float32"
@@ -186,7 +190,7 @@ def test_local_models_attend_in_a_7x7_window_and_keep_it_through_a_keras_file(na
     model.save(path)
     reloaded = keras.saving.load_model(path)
     assert reloaded.get_layer("encoder_0").attention.window_spec == spec
-    x = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype("float32")
+    x, _ = batch(2, 16)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)),
                                atol=1e-6)
 

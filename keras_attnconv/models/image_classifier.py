@@ -1,0 +1,181 @@
+"""What every model family of the zoo shares: its config's preprocessing fields, the uint8 input, the head.
+
+A family is a frozen config dataclass (a `ClassifierConfig`) and an
+`ImageClassifier` subclass built from it, in keras-hub's ``Backbone`` pattern: a
+functional `keras.Model` built in ``__init__`` from its constructor arguments,
+which are the config's fields (plus ``dtype`` and ``name``) and which
+``get_config()`` returns. So a ``.keras`` file reloads as the same class, with
+the same configuration, preprocessing and class names.
+"""
+
+import dataclasses
+
+import keras
+
+from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.layers import PixelNormalization
+from keras_attnconv.layers.pixel_normalization import check_channel_statistics
+from keras_attnconv.models.validation import dtype_policy
+from keras_attnconv.utils import check_positive_int, did_you_mean
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig:
+    """The fields every model family has: what it classifies and how it reads an image.
+
+    Attributes:
+        num_classes: classes of the classifier (an integer >= 2).
+        image_size: side of the square uint8 input image.
+        class_names: None (CIFAR-10's names for 10 classes, else "0", "1", ...)
+            or one distinct name per class.
+        pixel_mean, pixel_std: per-channel statistics of the pixels scaled to
+            [0, 1] that the model normalises its input with (CIFAR-10's training set).
+    """
+
+    num_classes: int = 10
+    image_size: int = 32
+    class_names: "tuple[str, ...] | None" = None
+    pixel_mean: "tuple[float, float, float]" = CIFAR10_MEAN
+    pixel_std: "tuple[float, float, float]" = CIFAR10_STD
+
+    def __post_init__(self):
+        num_classes = self.num_classes
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
+        check_positive_int("image_size", self.image_size)
+        self._set("pixel_mean", check_channel_statistics("pixel_mean", self.pixel_mean))
+        self._set("pixel_std", check_channel_statistics("pixel_std", self.pixel_std, positive=True))
+        if self.class_names is not None:
+            names = self.class_names
+            if (isinstance(names, str) or not isinstance(names, (list, tuple)) or len(names) != num_classes
+                    or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names)):
+                raise ValueError(f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
+                                 f"class. Received: class_names={names!r}")
+            self._set("class_names", tuple(names))
+
+    def _set(self, field, value):
+        object.__setattr__(self, field, value)  # normalising a field of the frozen dataclass in __post_init__
+
+    @property
+    def resolved_class_names(self):
+        """The class names: `class_names`, or the default for `num_classes`."""
+        if self.class_names is not None:
+            return self.class_names
+        return CIFAR10_CLASSES if self.num_classes == 10 else tuple(str(i) for i in range(self.num_classes))
+
+    @classmethod
+    def from_fields(cls, fields, owner):
+        """``cls(**fields)``, an unknown field being a ValueError naming it and the closest valid one."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for field in fields:
+            if field not in names:
+                raise ValueError(f"Unknown field {field!r} of {owner}.{did_you_mean(field, names)} "
+                                 f"Valid fields: {', '.join(sorted(names))}. Received: {field}={fields[field]!r}")
+        return cls(**fields)
+
+
+def _only_shapes():
+    """Whether Keras is computing output shapes only (``compute_output_spec``).
+
+    There the input's dtype need not be the data's: under tf.distribute, Keras
+    builds the model from the replicas' first batches averaged, as floats.
+    """
+    try:
+        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+    except ImportError:  # another Keras layout: check always
+        return False
+    return in_symbolic_scope()
+
+
+class ImageClassifier(keras.Model):
+    """Base class of the zoo's models: uint8 images -> `PixelNormalization` -> features -> pool -> float32 logits.
+
+    A subclass sets `config_class` and `default_name` and implements the
+    static method ``features(x, config, dtype)``, the family's layers between
+    the normalised image and the pooled features.
+
+    Args:
+        dtype: the dtype policy of every layer (a name or a
+            `keras.DTypePolicy`; None: Keras' global policy, which is never
+            changed). The normalisation and the logits are float32 under any
+            policy; the model's own ``dtype_policy`` is set too, so that
+            ``compile`` scales the loss for ``"mixed_float16"``.
+        name: the model's name, its identity when saved and exported
+            (`build_model` gives the registered name).
+        **fields: the fields of `config_class`.
+
+    Call arguments:
+        inputs: uint8 images (batch, image_size, image_size, 3), the raw
+            pixels; anything else is a ValueError (a float image would be
+            cast to uint8 and give silently wrong outputs).
+    """
+
+    config_class = None
+    default_name = None
+
+    def __init__(self, *, dtype=None, name=None, trainable=True, **fields):
+        config = self.config_class.from_fields(fields, type(self).__name__)
+        policy = dtype_policy(dtype)
+        images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
+        x = PixelNormalization(config.pixel_mean, config.pixel_std, name="pixel_normalization")(images)
+        x = self.features(x, config, policy)
+        x = keras.layers.GlobalAveragePooling2D(dtype=policy, name="pool")(x)
+        # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
+        logits = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
+        super().__init__(images, logits, name=name or self.default_name, trainable=trainable)
+        self.config = config
+        self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
+
+    @staticmethod
+    def features(x, config, dtype):
+        raise NotImplementedError
+
+    def _check_images(self, inputs):
+        if _only_shapes():
+            return
+        (images,) = keras.tree.flatten(inputs)
+        dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
+        if dtype != "uint8":
+            raise ValueError(f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "
+                             "them itself. Pass the pixels before any scaling (e.g. keras.ops.cast(images, 'uint8') "
+                             f"for float pixels in [0, 255]). Received: images of dtype {dtype}")
+
+    def __call__(self, inputs, *args, **kwargs):
+        self._check_images(inputs)  # here too, before Keras adds the whole input tensor to the message
+        return super().__call__(inputs, *args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        self._check_images(inputs)  # `fit` on JAX calls `call` directly (stateless_call)
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    @property
+    def class_names(self):
+        """The name of each class, in the order of the logits."""
+        return self.config.resolved_class_names
+
+    @property
+    def preprocessing(self):
+        """What a client of the model (or of any of its exports) needs to know about its input and output."""
+        size = self.config.image_size
+        return {"input": {"name": "images", "dtype": "uint8", "shape": [None, size, size, 3]},
+                "normalization": {"mean": list(self.config.pixel_mean), "std": list(self.config.pixel_std)},
+                "class_names": list(self.class_names)}
+
+    def with_config(self, **changes):
+        """A new model of this class whose config has `changes`, holding this model's weights.
+
+        E.g. ``model.with_config(dtype="float32")`` is the float32 copy of a
+        model trained in mixed precision; `changes` must keep every weight's shape.
+        """
+        copy = type(self).from_config({**self.get_config(), **changes})
+        copy.set_weights(self.get_weights())
+        return copy
+
+    def get_config(self):
+        # Not chained to super(): a functional model's config is its layer graph, which __init__ builds.
+        return {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name,
+                **dataclasses.asdict(self.config)}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

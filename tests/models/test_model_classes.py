@@ -1,0 +1,128 @@
+"""A model of the zoo knows what it is: its class and constructor arguments (its config), its preprocessing and
+class names, saved with it and back after a plain ``import keras_attnconv``; it takes uint8 images."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_attnconv import AttentionClassifier, ResNet, build_model
+from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
+from keras_attnconv.models.attention_classifier import with_attention_options
+
+SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
+
+
+def pixels(count=2, size=8):
+    return np.random.default_rng(0).integers(0, 256, (count, size, size, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("model_class, config_class, fields", [
+    (AttentionClassifier, AttentionClassifierConfig, {**SMALL, "num_heads": (2,)}),
+    (ResNet, ResNetConfig, {"image_size": 8, "blocks_per_stage": (1,), "widths": (4,)}),
+])
+def test_get_config_is_exactly_the_constructor_arguments(model_class, config_class, fields):
+    model = model_class(**fields, name="mine", dtype="mixed_bfloat16")
+    config = model.get_config()
+    assert set(config) == {f.name for f in dataclasses.fields(config_class)} | {"name", "trainable", "dtype"}
+    assert {k: config[k] for k in fields} == fields and (config["name"], config["dtype"]) == ("mine", "mixed_bfloat16")
+    again = model_class(**config)
+    assert again.get_config() == config and again.config == model.config
+
+
+def test_build_model_returns_the_familys_class_under_the_registered_name():
+    assert type(build_model("quadratic_tiny", **SMALL)) is AttentionClassifier
+    assert type(build_model("resnet_tiny", image_size=8)) is ResNet
+    assert build_model("learned_tiny", **SMALL).name == "learned_tiny"
+
+
+RELOAD = """
+import sys
+import numpy as np
+{imports}
+model = keras.saving.load_model(sys.argv[1])
+print(type(model).__name__, model.name, model.class_names[0], model.config.pixel_std[0])
+np.save(sys.argv[2], keras.ops.convert_to_numpy(model(np.load(sys.argv[3]))))
+"""
+
+
+@pytest.mark.parametrize("imports", ["import keras_attnconv, keras", "import keras\nimport keras_attnconv"])
+def test_a_keras_file_reloads_after_a_plain_import_in_either_order(imports, tmp_path):
+    model = build_model("quadratic_tiny", seed=0, class_names=[f"c{i}" for i in range(10)],
+                        pixel_std=(0.3, 0.3, 0.3), **SMALL)
+    model.save(tmp_path / "model.keras")
+    np.save(tmp_path / "pixels.npy", pixels())
+    script = textwrap.dedent(RELOAD.format(imports=imports))
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "model.keras"), str(tmp_path / "out.npy"),
+                             str(tmp_path / "pixels.npy")], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["AttentionClassifier", "quadratic_tiny", "c0", "0.3"]
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), ops.convert_to_numpy(model(pixels())))
+
+
+def test_the_model_normalises_the_pixels_with_its_own_statistics():
+    model = build_model("resnet_tiny", image_size=8, pixel_mean=(0.5, 0.25, 0.75), pixel_std=(0.5, 0.25, 0.125))
+    x = pixels()
+    normalised = keras.Model(model.input, model.get_layer("pixel_normalization").output)(x)
+    expected = (x.astype("float64") / 255 - [0.5, 0.25, 0.75]) / [0.5, 0.25, 0.125]
+    np.testing.assert_allclose(ops.convert_to_numpy(normalised), expected, rtol=1e-6, atol=1e-6)
+    assert model.preprocessing["normalization"] == {"mean": [0.5, 0.25, 0.75], "std": [0.5, 0.25, 0.125]}
+
+
+@pytest.mark.parametrize("images", [np.zeros((1, 8, 8, 3), "float32"), np.zeros((1, 8, 8, 3), "int32")],
+                         ids=["float32", "int32"])
+def test_images_other_than_uint8_pixels_are_refused(images):
+    # A normalised float image would be cast to uint8 and classified as something else, silently.
+    model = build_model("quadratic_tiny", **SMALL)
+    dtype = images.dtype.name
+    with pytest.raises(ValueError, match=f"takes uint8 images.*Received: images of dtype {dtype}"):
+        model(images)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match=f"Received: images of dtype {dtype}"):
+        model.fit(images, np.zeros(1), verbose=0)
+
+
+def test_class_names_default_to_cifar10s_or_the_indices():
+    assert build_model("resnet_tiny", image_size=8).class_names[:2] == ("airplane", "automobile")
+    assert build_model("resnet_tiny", image_size=8, num_classes=3).class_names == ("0", "1", "2")
+
+
+def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_path):
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    general = with_attention_options(model, separable=False)
+    assert general.config.attention_options == {"separable": False} and general.name == model.name
+    assert general.get_layer("encoder_0").attention.attention_mode == "position"
+    for a, b in zip(model.get_weights(), general.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    general.save(tmp_path / "general.keras")
+    assert keras.saving.load_model(tmp_path / "general.keras").get_layer("encoder_0").attention.attention_mode == (
+        "position")
+    np.testing.assert_allclose(ops.convert_to_numpy(general(pixels())), ops.convert_to_numpy(model(pixels())),
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"class_names": ["a", "b"]}, "10 distinct non-empty strings.*class_names=\\['a', 'b'\\]"),
+    ({"class_names": "abcdefghij"}, "class_names='abcdefghij'"),
+    ({"class_names": ["a"] * 10}, "distinct"),
+    ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
+    ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
+    ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
+    ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
+    ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
+])
+def test_bad_preprocessing_and_options_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        build_model("quadratic_tiny", **SMALL, **overrides)
+
+
+def test_an_unknown_constructor_argument_is_named():
+    with pytest.raises(ValueError, match="Unknown field 'num_layer' of AttentionClassifier.*Did you mean 'num_layers'"):
+        AttentionClassifier(num_layer=2)

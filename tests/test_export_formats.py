@@ -1,0 +1,141 @@
+"""Every model family of the zoo, saved and exported in every format, gives Keras' predictions in the real runtimes.
+
+One tiny model per family (quadratic, gaussian, learned, learned + content, SIREN, span, local/windowed,
+absolute, ResNet) on 16 real CIFAR-10 images of the embedded sample: the ``.keras`` file and the preset reload
+as the same model; the SavedModel in TensorFlow in a process without keras_attnconv, the ONNX file in
+onnxruntime and the LiteRT file in the ai-edge-litert interpreter give Keras' logits within 1e-4 (the
+SavedModel: its probabilities within 1e-5) and the same classes, from uint8 images.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+from support import requires_tensorflow
+
+from keras_attnconv import build_model, export, from_preset, save_to_preset
+from keras_attnconv.data import load_arrays
+
+pytestmark = requires_tensorflow
+
+#: A registered tiny model of each family, shrunk to one block where it has blocks.
+FAMILIES = {"quadratic": "quadratic_tiny", "gaussian": "gaussian_tiny", "learned": "learned_tiny",
+            "learned_content": "learned_content_tiny", "siren": "siren_tiny", "span": "quadratic_span_tiny",
+            "local": "learned_content_local_tiny", "absolute": "absolute_learned_tiny", "resnet": "resnet_tiny"}
+LOGITS_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def pixels():
+    return load_arrays("cifar10_sample", "validation")[0][:16]
+
+
+@pytest.fixture(scope="module")
+def models():
+    built = {}
+    for family, name in FAMILIES.items():
+        overrides = {} if family == "resnet" else {"num_layers": 1}
+        built[family] = build_model(name, seed=0, dtype="float32", **overrides)
+    assert built["local"].get_layer("encoder_0").attention.attention_mode == "windowed_content"
+    return built
+
+
+@pytest.fixture(scope="module")
+def logits(models, pixels):
+    return {family: keras.ops.convert_to_numpy(model(pixels)) for family, model in models.items()}
+
+
+@pytest.fixture(scope="module")
+def exports(models, tmp_path_factory):
+    """{format: {family: version directory}}: every family exported in every format."""
+    root = tmp_path_factory.mktemp("exports")
+    return {fmt: {family: export.export_model(model, root / fmt, format=fmt) for family, model in models.items()}
+            for fmt in export.FORMATS}
+
+
+def assert_same_predictions(found, expected):
+    np.testing.assert_allclose(found, expected, atol=LOGITS_TOLERANCE, rtol=0)
+    np.testing.assert_array_equal(found.argmax(-1), expected.argmax(-1))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_keras_file_and_preset_reload_the_same_model(family, models, logits, pixels, tmp_path):
+    model = models[family]
+    model.save(tmp_path / "model.keras")
+    preset = save_to_preset(model, tmp_path / "preset")
+    for reloaded in (keras.saving.load_model(tmp_path / "model.keras"), from_preset(preset)):
+        assert type(reloaded) is type(model) and reloaded.get_config() == model.get_config()
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(reloaded(pixels)), logits[family])
+
+
+def test_saved_models_in_tensorflow_without_the_package(exports, logits, models, pixels, tmp_path):
+    np.save(tmp_path / "pixels.npy", pixels)
+    paths = {family: str(path) for family, path in exports["saved_model"].items()}
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["keras_attnconv"] = None  # the package must not be needed
+        import numpy as np, tensorflow as tf
+        pixels = tf.constant(np.load({str(tmp_path / "pixels.npy")!r}))
+        outputs = {{}}
+        for family, path in {paths!r}.items():
+            served = tf.saved_model.load(path).signatures["serving_default"]
+            out = served(images=pixels)
+            outputs[family + ".probabilities"] = out["probabilities"].numpy()
+            outputs[family + ".classes"] = out["classes"].numpy()
+            outputs[family + ".class_names"] = np.array([n.decode() for n in out["class_names"].numpy()])
+        np.savez({str(tmp_path / "out.npz")!r}, **outputs)
+    """)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+    for family, expected in logits.items():
+        probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(expected.astype("float64"), axis=-1))
+        np.testing.assert_allclose(out[f"{family}.probabilities"], probabilities, atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(out[f"{family}.classes"], expected.argmax(-1))
+        names = np.array(models[family].class_names)[expected.argmax(-1)]
+        assert out[f"{family}.class_names"].tolist() == names.tolist()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_onnx_in_onnxruntime(family, exports, logits, models, pixels):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    path = exports["onnx"][family] / "model.onnx"
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (images,), (output,) = session.get_inputs(), session.get_outputs()
+    assert (images.name, images.type, output.name) == ("images", "tensor(uint8)", "logits")
+    assert_same_predictions(session.run(["logits"], {"images": pixels})[0], logits[family])
+    properties = session.get_modelmeta().custom_metadata_map
+    assert json.loads(properties["class_names"]) == list(models[family].class_names)
+    assert json.loads(properties["keras_attnconv"])["model"] == models[family].name
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_litert_in_the_interpreter(family, exports, logits, pixels):
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    interpreter = litert.Interpreter(str(exports["litert"][family] / "model.tflite"))
+    (images,) = interpreter.get_input_details()
+    assert images["dtype"] == np.uint8 and images["shape_signature"].tolist() == [-1, 32, 32, 3]
+    interpreter.resize_tensor_input(images["index"], pixels.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(images["index"], pixels)
+    interpreter.invoke()
+    (output,) = interpreter.get_output_details()
+    assert_same_predictions(interpreter.get_tensor(output["index"]), logits[family])
+
+
+def test_each_format_records_its_signature_and_the_models_identity(exports, models):
+    for fmt, paths in exports.items():
+        for family, path in paths.items():
+            metadata_path = path / ("assets.extra/metadata.json" if fmt == "saved_model" else "metadata.json")
+            metadata = json.loads(metadata_path.read_text())
+            assert (metadata["format"], metadata["model"], metadata["version"]) == (fmt, models[family].name, 1)
+            assert metadata["signature"]["inputs"] == {"images": ["uint8", [None, 32, 32, 3]]}
+            outputs = {"saved_model": {"probabilities", "classes", "class_names"}, "onnx": {"logits"},
+                       "litert": {"logits"}}[fmt]
+            assert set(metadata["signature"]["outputs"]) == outputs

@@ -1,0 +1,151 @@
+"""Presets: a model with its weights and what it is, keras-hub's layout, written whole or not at all."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attnconv import build_model, from_preset, save_to_preset
+from keras_attnconv.presets import load_preset_metadata
+
+SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
+CLASSES = ("cat", "dog", "owl")
+
+
+def small_model(dtype=None, **overrides):
+    return build_model("quadratic_tiny", seed=0, dtype=dtype, num_classes=3, class_names=CLASSES,
+                       pixel_mean=(0.5, 0.4, 0.3), pixel_std=(0.2, 0.3, 0.25), **{**SMALL, **overrides})
+
+
+def images(count=4, size=8):
+    return np.random.default_rng(0).integers(0, 256, (count, size, size, 3), dtype=np.uint8)
+
+
+def outputs(model, x):
+    return keras.ops.convert_to_numpy(model(x))
+
+
+def test_a_preset_reloads_as_the_same_class_config_and_weights(tmp_path):
+    model = small_model()
+    path = save_to_preset(model, tmp_path / "preset", metadata={"metrics": {"eval_accuracy": 0.5}})
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "metadata.json", "model.weights.h5"]
+    config = json.loads((path / "config.json").read_text())
+    assert config["registered_name"] == "keras_attnconv>AttentionClassifier"
+    assert config["config"]["class_names"] == list(CLASSES) and config["config"]["pixel_std"] == [0.2, 0.3, 0.25]
+    restored = from_preset(path)
+    assert type(restored) is type(model) and restored.name == "quadratic_tiny"
+    assert restored.config == model.config and restored.class_names == CLASSES
+    np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
+
+
+def test_the_metadata_says_what_the_model_is_and_what_the_saver_adds(tmp_path):
+    model = small_model()
+    metadata = load_preset_metadata(save_to_preset(model, tmp_path / "p", metadata={"recipe": {"epochs": 3}}))
+    assert metadata["model"] == "quadratic_tiny" and metadata["class"] == "keras_attnconv>AttentionClassifier"
+    assert metadata["parameter_count"] == model.count_params() and metadata["recipe"] == {"epochs": 3}
+    assert metadata["preprocessing"] == {"input": {"name": "images", "dtype": "uint8", "shape": [None, 8, 8, 3]},
+                                         "normalization": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.25]},
+                                         "class_names": list(CLASSES)}
+    assert metadata["keras_version"] == keras.__version__ and metadata["keras_attnconv_version"]
+
+
+def test_a_mixed_precision_preset_reloads_in_its_policy_or_the_one_asked_for(tmp_path):
+    model = small_model(dtype="mixed_bfloat16")
+    path = save_to_preset(model, tmp_path / "p")
+    assert from_preset(path).dtype_policy.name == "mixed_bfloat16"
+    float32 = from_preset(path, dtype="float32")
+    assert float32.dtype_policy.name == "float32"
+    for saved, loaded in zip(model.get_weights(), float32.get_weights()):
+        np.testing.assert_array_equal(saved, loaded)
+
+
+def test_fresh_weights_on_request(tmp_path):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    keras.utils.set_random_seed(7)
+    fresh = from_preset(path, load_weights=False)
+    assert any(not np.array_equal(a, b) for a, b in zip(fresh.get_weights(), small_model().get_weights()))
+
+
+def test_an_existing_preset_is_never_overwritten_unless_asked(tmp_path):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    other = small_model(num_layers=2)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        save_to_preset(other, path)
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    save_to_preset(other, path, overwrite=True)
+    assert from_preset(path).config.num_layers == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no staging or replaced preset left
+
+
+def test_only_models_of_the_zoo_are_saved():
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="keras_attnconv model.*Received: model of class Sequential"):
+        save_to_preset(plain, "unused")
+
+
+def test_an_interrupted_save_leaves_no_preset(tmp_path, monkeypatch):
+    model = small_model()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed while writing the weights")
+
+    monkeypatch.setattr(model, "save_weights", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_to_preset(model, tmp_path / "p")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sigkill_at_any_moment_leaves_a_whole_preset_or_none(tmp_path):
+    # A process saves presets p0, p1, ... until it is killed; each one found must load, and the next save
+    # removes the killed process's staging directory.
+    script = textwrap.dedent(f"""
+        import itertools, sys
+        from keras_attnconv import build_model, save_to_preset
+        model = build_model("quadratic_tiny", seed=0, **{SMALL!r})
+        for index in itertools.count():
+            save_to_preset(model, {str(tmp_path)!r} + f"/p{{index}}")
+            print(index, flush=True)
+    """)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "0", "the first preset was never saved"
+    time.sleep(0.137)  # somewhere inside a later save
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    for path in tmp_path.iterdir():
+        if not path.name.startswith("."):
+            from_preset(path)
+    leftovers = {path.name.split(".")[1] for path in tmp_path.iterdir() if path.name.startswith(".")}
+    for name in leftovers:  # the preset being written when the process was killed
+        save_to_preset(small_model(), tmp_path / name, overwrite=True)
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("damage, error, message", [
+    (lambda p: (p / "model.weights.h5").unlink(), FileNotFoundError, "lacks model.weights.h5"),
+    (lambda p: (p / "config.json").write_text("{"), ValueError, "unreadable config.json"),
+    (lambda p: (p / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40), ValueError,
+     "weights of the preset .* cannot be loaded"),
+    (lambda p: (p / "config.json").write_text(json.dumps(
+        {"module": "keras.layers", "class_name": "Lambda", "registered_name": None,
+         "config": {"function": "print"}})), ValueError, "does not hold a keras_attnconv model"),
+])
+def test_a_damaged_or_foreign_preset_is_an_error_naming_it(tmp_path, damage, error, message):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    damage(path)
+    with pytest.raises(error, match=message) as raised:
+        from_preset(path)
+    assert f"preset={str(path)!r}" in str(raised.value) or "Received: registered_name=None" in str(raised.value)
+
+
+def test_a_missing_preset_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"preset='{tmp_path / 'none'}'"):
+        from_preset(tmp_path / "none")
