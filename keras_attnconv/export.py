@@ -317,7 +317,7 @@ def write_models_config(export_dir, base_path="/models", serve=None):
     """Rewrites ``models.config``: every SavedModel model under `export_dir`, each serving one version.
 
     A model keeps the version it served (a version no longer on disk: its
-    newest); a model new to the config serves its newest version; `serve`
+    newest); a model new to the config serves its first version; `serve`
     ({name: version}) moves those models to those versions. The file is
     written with TF Serving's own ModelServerConfig message, under a lock, so
     concurrent exports never lose an entry. Returns the path.
@@ -336,7 +336,7 @@ def write_models_config(export_dir, base_path="/models", serve=None):
                 continue
             entry = config.model_config_list.config.add(name=model_dir.name, base_path=f"{base_path}/{model_dir.name}",
                                                         model_platform="tensorflow")
-            version = served.get(model_dir.name)
+            version = served.get(model_dir.name, versions[0])  # new to the config: its first version
             entry.model_version_policy.specific.versions.append(version if version in versions else versions[-1])
         write_atomically(path, lambda tmp: tmp.write_text(text_format.MessageToString(config)))
     return path

@@ -7,7 +7,7 @@ flag at once, before TensorFlow or JAX loads and before anything is written.
 import dataclasses
 from pathlib import Path
 
-from keras_attnconv.utils import check_bool, check_choice, check_positive_int, check_real, did_you_mean
+from keras_attnconv.utils import check_bool, check_choice, check_known_fields, check_positive_int, check_real
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "mirrored", "multi_worker")
@@ -79,11 +79,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values, source="recipe"):
         """Builds a config, rejecting unknown fields by name (with the closest valid one)."""
-        fields = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in fields:
-                raise ValueError(f"Unknown {source} field {key!r}.{did_you_mean(key, fields)} "
-                                 f"Received: {key}={values[key]!r}")
+        check_known_fields(values, [f.name for f in dataclasses.fields(cls)], source)
         return cls(**values)
 
 

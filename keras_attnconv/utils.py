@@ -26,6 +26,14 @@ def did_you_mean(name, candidates):
     return f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
 
 
+def check_known_fields(values, fields, source):
+    """Raises ValueError naming the first key of `values` not in `fields` (with the closest ones and all of them)."""
+    for key in values:
+        if key not in fields:
+            raise ValueError(f"Unknown {source} field {key!r}.{did_you_mean(key, fields)} "
+                             f"Valid fields: {', '.join(sorted(fields))}. Received: {key}={values[key]!r}")
+
+
 def check_positive_int(name, value, allow_none=False):
     """Raises ValueError naming `name` unless `value` is an integer >= 1 (or None when allowed)."""
     if allow_none and value is None:

@@ -347,18 +347,24 @@ def _export_tiny_after_barrier(barrier, root, results, name="tiny"):
         results.put(repr(error))
 
 
-def test_concurrent_exports_of_one_model_publish_distinct_complete_versions(tmp_path):
-    import tensorflow as tf
-
+def export_at_once(root, names):
+    """Exports a tiny model named after each of `names`, each in a process of its own, all starting together."""
     context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(2), context.Queue()
-    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(tmp_path), results))
-               for _ in range(2)]
+    barrier, results = context.Barrier(len(names)), context.Queue()
+    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(root), results, name))
+               for name in names]
     for worker in workers:
         worker.start()
     paths = sorted(results.get(timeout=300) for _ in workers)
     for worker in workers:
         worker.join(timeout=60)
+    return paths
+
+
+def test_concurrent_exports_of_one_model_publish_distinct_complete_versions(tmp_path):
+    import tensorflow as tf
+
+    paths = export_at_once(tmp_path, ("tiny", "tiny"))
     assert paths == [str(tmp_path / "tiny" / "1"), str(tmp_path / "tiny" / "2")]
     for path in map(Path, paths):
         assert exported_version(path) == int(path.name)
@@ -473,16 +479,7 @@ def test_an_export_root_under_a_file_fails_before_any_work(tmp_path, forbid_work
 
 def test_concurrent_exports_of_two_models_are_both_in_models_config(tmp_path):
     # models.config is read, changed and rewritten under a lock: neither export's entry is lost.
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(2), context.Queue()
-    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(tmp_path), results, name))
-               for name in ("a", "b")]
-    for worker in workers:
-        worker.start()
-    paths = sorted(results.get(timeout=300) for _ in workers)
-    for worker in workers:
-        worker.join(timeout=60)
-    assert paths == [str(tmp_path / "a" / "1"), str(tmp_path / "b" / "1")]
+    assert export_at_once(tmp_path, ("a", "b")) == [str(tmp_path / "a" / "1"), str(tmp_path / "b" / "1")]
     assert {name: versions for name, (_, _, versions) in served_config(tmp_path).items()} == {"a": [1], "b": [1]}
 
 

@@ -16,7 +16,7 @@ from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_channel_statistics
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils import check_positive_int, did_you_mean
+from keras_attnconv.utils import check_known_fields, check_positive_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +66,7 @@ class ClassifierConfig:
     @classmethod
     def from_fields(cls, fields, owner):
         """``cls(**fields)``, an unknown field being a ValueError naming it and the closest valid one."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for field in fields:
-            if field not in names:
-                raise ValueError(f"Unknown field {field!r} of {owner}.{did_you_mean(field, names)} "
-                                 f"Valid fields: {', '.join(sorted(names))}. Received: {field}={fields[field]!r}")
+        check_known_fields(fields, [f.name for f in dataclasses.fields(cls)], owner)
         return cls(**fields)
 
 

@@ -124,5 +124,5 @@ def test_bad_preprocessing_and_options_are_named(overrides, message):
 
 
 def test_an_unknown_constructor_argument_is_named():
-    with pytest.raises(ValueError, match="Unknown field 'num_layer' of AttentionClassifier.*Did you mean 'num_layers'"):
+    with pytest.raises(ValueError, match="Unknown AttentionClassifier field 'num_layer'.*Did you mean 'num_layers'"):
         AttentionClassifier(num_layer=2)
