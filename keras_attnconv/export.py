@@ -210,8 +210,13 @@ def _write_single_file(model, staging, format, description):
     """ONNX and LiteRT: Keras' own export of the model (uint8 images -> logits)."""
     if format == "onnx":
         _needs("tf2onnx", format)
+    import tensorflow as tf
+
+    size = model.config.image_size
     path = staging / VERSION_FILES[format]
-    model.export(str(path), format=format, verbose=False)
+    # The signature given, not taken from the model: Keras' own needs a model that has been called once.
+    signature = [tf.TensorSpec((None, size, size, 3), tf.uint8, name="images")]
+    model.export(str(path), format=format, verbose=False, input_signature=signature)
     if format == "onnx":
         import onnx
 
@@ -225,7 +230,6 @@ def _write_single_file(model, staging, format, description):
             proto.metadata_props.add(key=key, value=value)
         onnx.checker.check_model(proto)
         onnx.save(proto, str(path))
-    size = model.config.image_size
     return {"inputs": {"images": ["uint8", [None, size, size, 3]]},
             "outputs": {"logits": ["float32", [None, model.config.num_classes]]}}
 

@@ -52,9 +52,13 @@ def logits(models, pixels):
 
 @pytest.fixture(scope="module")
 def exports(models, tmp_path_factory):
-    """{format: {family: version directory}}: every family exported in every format."""
+    """{format: {family: version directory}}: every family exported in every format from its preset.
+
+    As `attnconv export` does it: the exported model is loaded from the preset, never called before.
+    """
     root = tmp_path_factory.mktemp("exports")
-    return {fmt: {family: export.export_model(model, root / fmt, format=fmt) for family, model in models.items()}
+    presets = {family: save_to_preset(model, root / "presets" / family) for family, model in models.items()}
+    return {fmt: {family: export.export_source(preset, root / fmt, format=fmt) for family, preset in presets.items()}
             for fmt in export.FORMATS}
 
 
