@@ -346,6 +346,11 @@ def write_models_config(export_dir, base_path="/models", serve=None):
     return path
 
 
+def served_version(export_dir, name):
+    """The version of `name` that ``models.config`` under `export_dir` serves (None if it lists no such model)."""
+    return _read_models_config(Path(export_dir) / MODELS_CONFIG).get(name)
+
+
 def set_served_version(export_dir, name, version, base_path="/models"):
     """Makes ``models.config`` serve `version` of the SavedModel `name` under `export_dir`; returns its path."""
     check_serving_name(name, "name")

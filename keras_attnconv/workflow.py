@@ -54,11 +54,15 @@ def export_run(config, run_dir):
               f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
               f"{run_dir} --export-dir {config.export_dir}", file=sys.stderr)
         return None
-    from keras_attnconv.export import export_source
+    from keras_attnconv.export import export_source, served_version
 
     with run_lock(run_dir):
         path = export_source(run_dir, config.export_dir)
         write_json(run_dir / EXPORT_RECORD, {"export": str(path)})
+    served = served_version(config.export_dir, path.parent.name)
+    if served != int(path.name):
+        print(f"Exported {path}; models.config serves version {served} of {path.parent.name}. To serve this one: "
+              f"attnconv serve {path.parent.name} {path.name} --export-dir {config.export_dir}", file=sys.stderr)
     return path
 
 

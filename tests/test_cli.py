@@ -55,6 +55,7 @@ def test_help_and_argument_checks_load_no_framework():
     (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
     (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
     (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
+    (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: name='../../x'"),
 ])
 def test_errors_are_one_line_naming_the_value_with_exit_code_2(capsys, args, message):
     assert cli.main(args) == 2

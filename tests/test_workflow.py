@@ -34,6 +34,18 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
     assert workflow.unexported_run(config) is None  # exported: the next run of the command trains anew
 
 
+def test_a_second_run_is_exported_but_not_served_until_asked(small_npz, tmp_path, capsys):
+    config = TrainConfig(name="small", model="quadratic_tiny", dataset=small_npz, epochs=1, batch_size=40,
+                         model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+                         runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
+                         jit_compile=False)
+    first, second = workflow.train_and_export(config), workflow.train_and_export(config)
+    assert (Path(first["export"]).name, Path(second["export"]).name) == ("1", "2")
+    assert export.served_version(tmp_path / "saved", "quadratic_tiny") == 1  # the experiment does not replace it
+    assert (f"models.config serves version 1 of quadratic_tiny. To serve this one: attnconv serve quadratic_tiny 2 "
+            f"--export-dir {tmp_path / 'saved'}") in capsys.readouterr().err
+
+
 def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tmp_path):
     run = tmp_path / "runs" / "small"
     run.mkdir(parents=True)
