@@ -2,10 +2,10 @@
 
 `load_dataset` returns a batched ``tf.data.Dataset`` of ``(uint8 images, int
 labels)`` ready for ``model.fit`` (every model of the zoo normalises its input
-itself, with the statistics of its config, which `DatasetInfo` gives). `load_arrays` returns the raw
-uint8 images as NumPy arrays and needs no TensorFlow for the embedded sample
-and local files (the GPU machine has none). TensorFlow and tfds are imported
-inside the functions that need them.
+itself, with the statistics of its config, which `DatasetInfo` gives).
+`load_arrays` returns the raw uint8 images as NumPy arrays and needs no
+TensorFlow for the embedded sample and local files (the GPU machine has none).
+TensorFlow and tfds are imported inside the functions that need them.
 """
 
 import dataclasses

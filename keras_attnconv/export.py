@@ -260,7 +260,8 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
 
     Raises:
         ValueError: a model not of the zoo, a bad name, format or version,
-            or an export root whose model directory holds another format.
+            an export root whose model directory holds another format, or
+            a ``models.config`` there that is not TF Serving's.
         PermissionError, NotADirectoryError: `export_dir` cannot be written.
         All are raised before any work; nothing is written.
     """
@@ -277,6 +278,8 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     _check_one_format(model_dir, format)
     if version is not None and (model_dir / str(version)).exists():
         raise _version_exists(model_dir / str(version), version)  # fail before the work; rechecked at publication
+    if format == "saved_model":
+        _read_models_config(export_dir / MODELS_CONFIG)  # one TF Serving cannot read: an error before the work
     json.dumps(metadata)  # not serializable: TypeError before the work
 
     exported = float32_copy(model)

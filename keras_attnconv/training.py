@@ -4,8 +4,8 @@ A run directory holds ``config.json`` (the resolved recipe), ``backup/``
 (resumable state, see `ResumableBackup`), ``checkpoints/best.keras``,
 ``logs/`` (TensorBoard, where it is installed), ``history.csv`` and, once
 finished, ``preset/`` (the best checkpoint as a preset, with the recipe and
-the metrics of those weights) and ``metrics.json``. Running the same command again after a crash
-resumes the run with the same per-epoch results as an uninterrupted run (the
+the metrics of those weights) and ``metrics.json``. Running the same command
+again after a crash resumes the run with the same per-epoch results as an uninterrupted run (the
 data order, augmentation and dropout streams are restored with the weights);
 running it after the run finished starts a new directory (``<name>-1``, ...).
 
@@ -134,7 +134,6 @@ def run_lock(run_dir):
 class _Plan:
     """What a run needs, computed and checked before anything is written."""
 
-    info: object
     model_fields: dict
     eval_split: str
     train_batches: object
@@ -171,8 +170,7 @@ def _plan(config):
     if config.batch_size % replicas:
         raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
                          f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
-    return _Plan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
-                 replicas)
+    return _Plan(model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas)
 
 
 def _work_around_keras_multi_worker(model, strategy, batch):

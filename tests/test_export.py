@@ -488,6 +488,7 @@ def test_a_models_config_that_is_not_tf_servings_is_named_and_left_as_it_is(tmp_
     with pytest.raises(ValueError, match="models.config is not a TF Serving model config"):
         export.export_model(tiny_model(), tmp_path, warmup=False)
     assert (tmp_path / "models.config").read_text() == "model_config_list { config { nme: 'x' } }"
+    assert [p.name for p in tmp_path.iterdir()] == ["models.config"]  # found before the export, not after
 
 
 @pytest.mark.slow
