@@ -17,6 +17,7 @@ never sees half of one, and a preset is never overwritten unless asked.
 """
 
 import datetime
+import errno
 import json
 import os
 import shutil
@@ -74,9 +75,10 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     """
     check_zoo_model(model)
     preset_dir = Path(preset_dir)
+    exists = FileExistsError(f"{preset_dir} exists: pass overwrite=True to replace it. "
+                             f"Received: preset_dir={str(preset_dir)!r}")
     if not overwrite and preset_dir.exists() and (not preset_dir.is_dir() or any(preset_dir.iterdir())):
-        raise FileExistsError(f"{preset_dir} exists: pass overwrite=True to replace it. "
-                              f"Received: preset_dir={str(preset_dir)!r}")
+        raise exists
     record = {**model_metadata(model), **(metadata or {})}
     json.dumps(record)  # not serializable: TypeError before anything is written
     prefix = f"{preset_dir.name}."
@@ -92,7 +94,12 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
         if overwrite and preset_dir.exists():
             retired = new_staging(preset_dir.parent, prefix)
             os.rename(preset_dir, retired / preset_dir.name)
-        os.rename(staging, preset_dir)
+        try:
+            os.rename(staging, preset_dir)
+        except OSError as error:  # another save published it meanwhile: the rename never replaces a preset
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise
+            raise exists from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if retired is not None:

@@ -85,6 +85,24 @@ def test_an_existing_preset_is_never_overwritten_unless_asked(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no staging or replaced preset left
 
 
+def test_a_preset_published_meanwhile_by_another_save_is_kept(tmp_path, monkeypatch):
+    other = small_model(num_layers=2)
+    real_save = type(other).save_weights
+    published = []
+
+    def another_save_publishes_first(self, path):
+        if not published:
+            published.append(tmp_path / "p")
+            save_to_preset(other, tmp_path / "p")
+        real_save(self, path)
+
+    monkeypatch.setattr(type(other), "save_weights", another_save_publishes_first)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        save_to_preset(small_model(), tmp_path / "p")
+    assert from_preset(tmp_path / "p").config.num_layers == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
 def test_only_models_of_the_zoo_are_saved():
     plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="keras_attnconv model.*Received: model of class Sequential"):
