@@ -54,12 +54,16 @@ class AttentionCentersHistory(keras.callbacks.Callback):
     Args:
         path: optional ``.npz`` file rewritten (atomically) after every epoch
             and read back when a resumed run starts; see `load_centers_history`.
+        initial_epoch: the epoch a resumed run starts from: the entries of
+            later epochs found in `path` (written before a kill, their epoch
+            not backed up) are dropped, since the run redoes those epochs.
     """
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, initial_epoch=0):
         super().__init__()
         self.path = path
-        self.history = load_centers_history(path) if path is not None else {}
+        saved = load_centers_history(path) if path is not None else {}
+        self.history = {name: epochs[:initial_epoch + 1] for name, epochs in saved.items()}
 
     def _record(self):
         for name, (centers, _) in layer_centers(self.model).items():

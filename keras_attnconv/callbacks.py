@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_attnconv.utils import write_atomically, write_json
+from keras_attnconv.utils import check_free_space, write_atomically, write_json
 
 
 def _unsaved_variables(model):
@@ -24,15 +24,37 @@ def _unsaved_variables(model):
     return [v for v in model.variables if id(v) not in weights]
 
 
+def _save_arrays(path, variables):
+    # NumPy's zip writer, not HDF5: on a full disk h5py raises and then crashes the process (exit 139).
+    np.savez(path, **{f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)})
+
+
+def _load_arrays(path, variables, what, state):
+    with np.load(path) as saved:
+        values = [saved[f"v{i}"] for i in range(len(saved.files))]
+    if [tuple(v.shape) for v in values] != [tuple(v.shape) for v in variables]:
+        raise ValueError(f"The backup in {state} has {len(values)} {what} that do not match the "
+                         f"{len(variables)} of this run: it belongs to a different configuration.")
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
 class ResumableBackup(keras.callbacks.Callback):
     """Saves the training state after every epoch so that a killed run resumes where it stopped.
 
     Like `keras.callbacks.BackupAndRestore`, but each state (model weights,
-    optimizer variables, the dropout layers' random streams and the epoch) is written to a fresh directory and only then
-    published by atomically replacing ``latest.json``: a kill at any moment
-    leaves the previous complete state in place, never a half-written or
-    mismatched one. Call `restore` before ``fit`` and pass the epoch it returns
-    as ``initial_epoch``.
+    optimizer variables, the dropout layers' random streams and the epoch) is
+    written to a fresh directory and only then published by atomically
+    replacing ``latest.json``: a kill at any moment leaves the previous
+    complete state in place, never a half-written or mismatched one. Put it
+    after every other callback that writes at the end of an epoch: the
+    published epoch is then one whose every record is written, and a resumed
+    run rewinds the records of a later, unpublished epoch (`rewind_csv`,
+    ``AttentionCentersHistory(initial_epoch=...)``). Call `restore` before
+    ``fit`` and pass the epoch it returns as ``initial_epoch``.
+
+    Before writing, the free space is checked against the state's size: a
+    full disk is an error naming the directory, the previous state kept.
 
     Args:
         backup_dir: directory of the states.
@@ -63,19 +85,14 @@ class ResumableBackup(keras.callbacks.Callback):
         optimizer = model.optimizer
         if not optimizer.built:
             optimizer.build(model.trainable_variables)
-        model.load_weights(state / "model.weights.h5")
-        with np.load(state / "optimizer.npz") as saved:
-            values = [saved[f"v{i}"] for i in range(len(saved.files))]
-        if len(values) != len(optimizer.variables):
-            raise ValueError(f"The backup in {state} has {len(values)} optimizer variables but the optimizer has "
-                             f"{len(optimizer.variables)}: it belongs to a different configuration.")
-        for variable, value in zip(optimizer.variables, values):
-            variable.assign(value)
+        if (state / "model.npz").exists():
+            _load_arrays(state / "model.npz", model.weights, "weights", state)
+        else:  # backups of earlier versions
+            model.load_weights(state / "model.weights.h5")
+        _load_arrays(state / "optimizer.npz", optimizer.variables, "optimizer variables", state)
         streams = state / "random_streams.npz"
         if streams.exists():  # backups of earlier versions have none: dropout then draws anew
-            with np.load(streams) as saved:
-                for i, variable in enumerate(_unsaved_variables(model)):
-                    variable.assign(saved[f"v{i}"])
+            _load_arrays(streams, _unsaved_variables(model), "random streams", state)
         return int(latest["epoch"])
 
     def on_epoch_end(self, epoch, logs=None):
@@ -83,18 +100,50 @@ class ResumableBackup(keras.callbacks.Callback):
         state = self.backup_dir / directory
         partial = self.backup_dir / f".{directory}.partial"
         shutil.rmtree(partial, ignore_errors=True)
+        groups = {"model.npz": self.model.weights, "optimizer.npz": self.model.optimizer.variables,
+                  "random_streams.npz": _unsaved_variables(self.model)}
+        check_free_space(self.backup_dir, sum(_nbytes(v) for group in groups.values() for v in group),
+                         f"the backup of epoch {epoch + 1}")
         partial.mkdir(parents=True)
-        self.model.save_weights(partial / "model.weights.h5")
-        arrays = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self.model.optimizer.variables)}
-        np.savez(partial / "optimizer.npz", **arrays)
-        streams = {f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_unsaved_variables(self.model))}
-        np.savez(partial / "random_streams.npz", **streams)
+        for name, variables in groups.items():
+            _save_arrays(partial / name, variables)
         shutil.rmtree(state, ignore_errors=True)
         os.replace(partial, state)
         write_json(self._pointer, {"epoch": epoch + 1, "directory": directory})
         states = sorted(p for p in self.backup_dir.glob("epoch-*") if p.is_dir())
         for old in states[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _nbytes(variable):
+    return int(np.prod(variable.shape)) * np.dtype(keras.backend.standardize_dtype(variable.dtype)).itemsize
+
+
+def rewind_csv(path, initial_epoch):
+    """Keeps the header and the rows of epochs before `initial_epoch` of a CSVLogger file (none: removed).
+
+    A run killed after an epoch's row was written but before its backup was
+    published redoes that epoch: its row must not be there twice.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    if initial_epoch == 0:
+        path.unlink()
+        return
+    header, *rows = path.read_text().splitlines(keepends=True)
+    kept = [row for row in rows if row.strip() and int(row.split(",", 1)[0]) < initial_epoch]
+    write_atomically(path, lambda tmp: tmp.write_text("".join([header, *kept])))
+
+
+def csv_history(path):
+    """The columns of a CSVLogger file as ``{name: [float per epoch]}`` (without the epoch column)."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()] if Path(path).exists() else []
+    if not lines:
+        return {}
+    names = lines[0].split(",")
+    rows = [[float(value) for value in line.split(",")] for line in lines[1:]]
+    return {name: [row[index] for row in rows] for index, name in enumerate(names) if name != "epoch"}
 
 
 class NonFiniteLossError(FloatingPointError):

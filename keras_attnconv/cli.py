@@ -151,7 +151,7 @@ def _compare(args):
     from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
 
     overrides = {"epochs": args.epochs, "verbose": 0, "runs_dir": args.runs_dir}
-    models = args.models.split(",") if args.models else ENCODINGS
+    models = args.models.split(",") if args.models is not None else ENCODINGS
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
     print(f"wrote {args.output} and {os.path.splitext(args.output)[0]}.md")

@@ -3,15 +3,16 @@
 Every model is trained by `keras_attnconv.training.train` with the recipe's
 values (same data, seed, schedule and epochs), only ``model`` changing; each
 run has its own run directory (``runs/compare-<model>``), so an interrupted
-comparison resumes where it stopped when run again.
+comparison resumes where it stopped when run again: a finished model's run is
+read, not trained again.
 """
 
 import dataclasses
-import time
+import json
 from pathlib import Path
 
 from keras_attnconv.models import get_paper_figures
-from keras_attnconv.utils import machine, write_atomically, write_json
+from keras_attnconv.utils import check_writable, machine, write_atomically, write_json
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
@@ -20,19 +21,32 @@ ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content
 
 
 def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides):
-    """Trains each of `models` with `recipe` (and `overrides`), writes JSON + markdown, returns the results."""
-    from keras_attnconv.training import load_recipe, train
+    """Trains each of `models` with `recipe` (and `overrides`), writes JSON + markdown, returns the results.
 
-    if not models:
+    Everything (the names, each model's configuration with the recipe's data,
+    the output) is checked before the first model trains. A model whose run
+    with the same settings has finished (a comparison run again after a
+    crash) is not trained again: its run's metrics are taken.
+    """
+    from keras_attnconv.training import check_run, finished_run, load_recipe, train
+
+    if isinstance(models, str) or not models or not all(isinstance(name, str) and name for name in models):
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
     for name in models:
         get_paper_figures(name)  # unknown names fail here, before any training
+    check_writable(output, "output", file=True)
     recipe_values = load_recipe(recipe, **overrides)
+    configs = {name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
+               for name in models}
+    for config in configs.values():
+        check_run(config)
     rows = []
-    for name in models:
-        config = dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
-        start = time.perf_counter()
-        metrics = train(config)
+    for name, config in configs.items():
+        finished = finished_run(config)
+        if finished is not None:
+            metrics = {**json.loads((finished / "metrics.json").read_text()), "run_dir": str(finished)}
+        else:
+            metrics = train(config)
         rows.append({
             "model": name,
             "description": _encoding(name),
@@ -40,7 +54,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
             "eval_accuracy": metrics["eval_accuracy"],
             "best_val_accuracy": metrics["best_val_accuracy"],
             "train_images_per_second": metrics["train_images_per_second"],
-            "wall_seconds": time.perf_counter() - start,
+            "wall_seconds": metrics["wall_seconds_this_session"],
             "run_dir": metrics["run_dir"],
         })
     results = {"recipe": str(recipe), "epochs": recipe_values.epochs, "dataset": recipe_values.dataset,

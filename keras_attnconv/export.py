@@ -47,7 +47,7 @@ import numpy as np
 
 from keras_attnconv.presets import check_zoo_model, from_preset, load_preset_metadata, model_metadata, preset_of
 from keras_attnconv.staging import new_staging, remove_stale_staging
-from keras_attnconv.utils import check_choice, file_lock, write_atomically
+from keras_attnconv.utils import check_choice, check_writable, file_lock, write_atomically
 
 FORMATS = ("saved_model", "onnx", "litert")
 #: The export root of each format when none is given.
@@ -110,14 +110,7 @@ def require_tensorflow_backend():
 def _check_writable(export_dir, *subdirs):
     """Fails before any work if a version or ``models.config`` could not be written."""
     for path in (Path(export_dir), *subdirs):
-        # The directory is created if missing: then its nearest existing parent must be writable.
-        existing = next(p for p in (path, *path.parents) if p.exists())
-        if not existing.is_dir():
-            raise NotADirectoryError(f"Cannot export to export_dir={str(export_dir)!r}: "
-                                     f"{existing} is a file, not a directory.")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise PermissionError(f"Cannot export to export_dir={str(export_dir)!r}: "
-                                  f"{existing} is not writable.")
+        check_writable(path, "export_dir")
 
 
 def _version_exists(target, version):

@@ -27,6 +27,7 @@ import keras
 
 from keras_attnconv.models import ImageClassifier
 from keras_attnconv.staging import new_staging, remove_stale_staging
+from keras_attnconv.utils import check_free_space
 from keras_attnconv.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -81,6 +82,8 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
         raise exists
     record = {**model_metadata(model), **(metadata or {})}
     json.dumps(record)  # not serializable: TypeError before anything is written
+    # HDF5 crashes the process after a write that fails on a full disk: check the room first.
+    check_free_space(preset_dir.parent, sum(w.nbytes for w in model.get_weights()), f"the preset {preset_dir.name}")
     prefix = f"{preset_dir.name}."
     remove_stale_staging(preset_dir.parent, prefix)
     staging, retired = new_staging(preset_dir.parent, prefix), None

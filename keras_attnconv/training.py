@@ -18,6 +18,7 @@ for serving is a separate step (`keras_attnconv.export`), which
 
 import contextlib
 import dataclasses
+import errno
 import itertools
 import json
 import math
@@ -30,7 +31,14 @@ from pathlib import Path
 import keras
 
 from keras_attnconv.analysis import AttentionCentersHistory, layer_centers
-from keras_attnconv.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, Throughput
+from keras_attnconv.callbacks import (
+    BestCheckpoint,
+    ResumableBackup,
+    StopOnNonFiniteLoss,
+    Throughput,
+    csv_history,
+    rewind_csv,
+)
 from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
 from keras_attnconv.utils import file_lock, write_json
 
@@ -85,6 +93,20 @@ def resolve_run_dir(config):
     return next(d for d in numbered_run_dirs(config) if not (d / "metrics.json").exists())
 
 
+def finished_run(config):
+    """The latest finished run directory of `config` with the same settings (`same_run`), or None."""
+    candidates = [Path(config.run_dir)] if config.run_dir else numbered_run_dirs(config)
+    finished = None
+    for candidate in candidates:
+        if not (candidate / "metrics.json").exists():
+            break
+        finished = candidate
+    if finished is None:
+        return None
+    saved = json.loads((finished / "config.json").read_text())
+    return None if same_run(saved, resolved_config(config, finished)) else finished
+
+
 def resolved_config(config, run_dir):
     """The dict written to ``config.json``: the config with its run directory."""
     return {**dataclasses.asdict(config), "run_dir": str(run_dir)}
@@ -97,6 +119,9 @@ def same_run(saved, resolved):
 
 
 def _check_same_run(run_dir, resolved):
+    if (run_dir / "metrics.json").exists():
+        raise FileExistsError(f"{run_dir} holds a finished run, which is never overwritten: pass another --run-dir, or "
+                              f"none for the next free one under runs_dir. Received: run_dir={str(run_dir)!r}")
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
@@ -195,13 +220,13 @@ def _work_around_keras_multi_worker(model, strategy, batch):
     strategy.reduce = reduce_scalars_without_axis
 
 
-def _centre_tracking(model, run_dir):
+def _centre_tracking(model, run_dir, initial_epoch):
     """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
     try:
         layer_centers(model)
     except ValueError:  # no quadratic/gaussian attention in this model
         return []
-    return [AttentionCentersHistory(run_dir / "centers_history.npz")]
+    return [AttentionCentersHistory(run_dir / "centers_history.npz", initial_epoch=initial_epoch)]
 
 
 def _tensorflow_importable():
@@ -219,6 +244,11 @@ def _logging_callbacks(run_dir):
     if _tensorflow_importable():
         callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0))
     return callbacks
+
+
+def check_run(config):
+    """Checks everything `train` checks before it writes (dataset, model configuration, schedule, strategy)."""
+    _plan(config)
 
 
 def train(config):
@@ -245,7 +275,14 @@ def train(config):
     with run_lock(run_dir):
         _check_same_run(run_dir, resolved)  # again, now that no other process can write it
         write_json(run_dir / "config.json", resolved)
-        return _fit(config, plan, run_dir)
+        try:
+            return _fit(config, plan, run_dir)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            raise OSError(errno.ENOSPC, f"No space left on the device of the run directory ({error}): the last "
+                                        "complete backup is kept. Free some space and run the same command again "
+                                        f"to resume. Received: run_dir={str(run_dir)!r}") from None
 
 
 def _save_best_as_preset(config, plan, run_dir):
@@ -292,6 +329,8 @@ def _fit(config, plan, run_dir, resume_from=None):
         initial_epoch = backup.restore(model, resume_from)
     if initial_epoch:
         print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
+    # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
+    rewind_csv(run_dir / "history.csv", initial_epoch)
     throughput = Throughput(plan.steps_per_epoch * config.batch_size)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
@@ -299,7 +338,7 @@ def _fit(config, plan, run_dir, resume_from=None):
         train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
         if config.strategy == "multi_worker":
             _work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
-    history = model.fit(
+    model.fit(
         train_data,
         validation_data=eval_data,
         epochs=config.epochs,
@@ -309,11 +348,11 @@ def _fit(config, plan, run_dir, resume_from=None):
         callbacks=[
             EpochSync(plan.train_batches),
             StopOnNonFiniteLoss(),  # before any callback that writes
-            backup,
             BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
             *_logging_callbacks(run_dir),
             throughput,
-            *_centre_tracking(model, run_dir),
+            *_centre_tracking(model, run_dir, initial_epoch),
+            backup,  # last: an epoch is published as done once every record of it is written
         ],
     )
     loss, accuracy = model.evaluate(eval_data, verbose=0)
@@ -334,7 +373,7 @@ def _fit(config, plan, run_dir, resume_from=None):
         "jit_compile": config.jit_compile,
         "replicas": plan.replicas,
         "wall_seconds_this_session": time.perf_counter() - start,
-        "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
+        "history": csv_history(run_dir / "history.csv"),  # every epoch, also those of the processes before a resume
         "preset": preset and str(preset),
     }
     write_json(run_dir / "metrics.json", metrics)

@@ -7,11 +7,13 @@ can validate its arguments before TensorFlow or JAX loads.
 
 import contextlib
 import difflib
+import errno
 import json
 import math
 import numbers
 import os
 import platform
+import shutil
 from pathlib import Path
 
 
@@ -111,6 +113,39 @@ def file_lock(path, blocking=True):
             yield handle
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def check_writable(path, argument, file=False):
+    """Raises (naming `argument` and `path`) unless `path` could be written: before any work that ends writing it.
+
+    `path` is a directory (created if missing, with its parents) or, with
+    `file`, a file: then it must not be a directory. The nearest existing
+    directory on the way must be writable; a file on the way is an error.
+    """
+    path = Path(path)
+    if file and path.is_dir():
+        raise IsADirectoryError(f"Cannot write {argument}={str(path)!r}: it is a directory.")
+    for directory in ([path.parent] if file else [path]):
+        existing = next(p for p in (directory, *directory.parents) if p.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, not a directory.")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
+
+
+def check_free_space(directory, needed_bytes, what, margin=1.25):
+    """Raises OSError (ENOSPC) naming `what` and `directory` if it lacks room for `needed_bytes` (with a margin).
+
+    Checked before a write that a full disk would break badly: HDF5 files
+    crash the process after a failed write.
+    """
+    directory = Path(directory)
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if free < margin * needed_bytes + 2**20:
+        raise OSError(errno.ENOSPC, f"No space left for {what} in {directory}: it needs about "
+                                    f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "
+                                    f"space and run the same command again.")
 
 
 def write_json(path, data):

@@ -12,13 +12,7 @@ from pathlib import Path
 
 import keras
 
-from keras_attnconv.training import (
-    numbered_run_dirs,
-    resolved_config,
-    run_lock,
-    same_run,
-    train,
-)
+from keras_attnconv.training import finished_run, run_lock, train
 from keras_attnconv.utils import write_json
 
 EXPORT_RECORD = "export.json"
@@ -28,16 +22,8 @@ def unexported_run(config):
     """The latest finished run of `config` (same settings) whose export never completed, or None."""
     if not config.export_dir:
         return None
-    candidates = [Path(config.run_dir)] if config.run_dir else numbered_run_dirs(config)
-    finished = None
-    for candidate in candidates:
-        if not (candidate / "metrics.json").exists():
-            break
-        finished = candidate
-    if finished is None or (finished / EXPORT_RECORD).exists():
-        return None
-    saved = json.loads((finished / "config.json").read_text())
-    return None if same_run(saved, resolved_config(config, finished)) else finished
+    finished = finished_run(config)
+    return None if finished is None or (finished / EXPORT_RECORD).exists() else finished
 
 
 def export_run(config, run_dir):

@@ -31,8 +31,10 @@ def test_centres_history_records_each_epoch_and_survives_a_restart(tmp_path):
     model.fit(x, y, epochs=2, verbose=0, callbacks=[history])
     assert [len(v) for v in history.history.values()] == [3, 3]  # initial + 2 epochs
     assert not np.allclose(history.history["encoder_0"][0], history.history["encoder_0"][-1])
-    resumed = analysis.AttentionCentersHistory(tmp_path / "centers.npz")  # a resumed run reads it back
-    model.fit(x, y, epochs=1, verbose=0, callbacks=[resumed])
+    # A run resumed from epoch 2 reads it back; one resumed from epoch 1 (its epoch 2 never backed up) redoes epoch 2.
+    assert [len(v) for v in analysis.AttentionCentersHistory(tmp_path / "centers.npz", 1).history.values()] == [2, 2]
+    resumed = analysis.AttentionCentersHistory(tmp_path / "centers.npz", initial_epoch=2)
+    model.fit(x, y, epochs=3, initial_epoch=2, verbose=0, callbacks=[resumed])
     assert [len(v) for v in resumed.history.values()] == [4, 4]  # no second initial state
     restored = analysis.load_centers_history(tmp_path / "centers.npz")
     np.testing.assert_array_equal(restored["encoder_1"][:3], history.history["encoder_1"])

@@ -31,3 +31,41 @@ def test_every_model_is_trained_with_the_same_recipe(recipe, tmp_path):
         assert row["eval_accuracy"] == metrics["eval_accuracy"] and 0.0 <= row["eval_accuracy"] <= 1.0
     table = output.with_suffix(".md").read_text()
     assert all(f"| `{m}` |" in table for m in MODELS)
+
+
+def test_a_comparison_run_again_takes_the_finished_runs_and_trains_the_rest(recipe, tmp_path, monkeypatch):
+    from keras_attnconv import training
+
+    runs = str(tmp_path / "runs")
+    first = compare_models(recipe, models=MODELS[:1], output=tmp_path / "first.json", runs_dir=runs)
+    trained = []
+    real_train = training.train
+    monkeypatch.setattr(training, "train", lambda config: trained.append(config.model) or real_train(config))
+    again = compare_models(recipe, models=MODELS, output=tmp_path / "again.json", runs_dir=runs)
+    assert trained == [MODELS[1]]  # the first model's finished run is read, not trained into compare-<model>-1
+    assert again["rows"][0] == first["rows"][0]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f"compare-{m}" for m in MODELS)
+
+
+@pytest.mark.parametrize("models, message", [
+    ((), "models=()"), ([""], "models=\\[''\\]"), ("quadratic_tiny", "models='quadratic_tiny'"),
+])
+def test_no_model_to_compare_is_an_error(recipe, tmp_path, models, message):
+    with pytest.raises(ValueError, match=f"must name at least one model. Received: {message}"):
+        compare_models(recipe, models=models, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
+    assert list(tmp_path.iterdir()) == [recipe]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"output": "file/c.json"}, "is a file, not a directory"),
+    ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
+])
+def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, bad, message, monkeypatch):
+    from keras_attnconv import training
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(training, "train", lambda config: pytest.fail("trained before the checks"))
+    output = tmp_path / bad.pop("output", "c.json")
+    with pytest.raises((ValueError, OSError), match=message):
+        compare_models(recipe, models=MODELS, output=output, runs_dir=str(tmp_path / "runs"), **bad)
+    assert not (tmp_path / "runs").exists()

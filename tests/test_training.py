@@ -73,6 +73,15 @@ def test_finished_runs_are_not_overwritten(small_npz, tmp_path):
     assert Path(first["run_dir"]).name == "small" and Path(second["run_dir"]).name == "small-1"
 
 
+def test_a_finished_run_given_again_is_refused_and_left_as_it_is(small_npz, tmp_path):
+    run = tmp_path / "run"
+    train(small_config(small_npz, run, epochs=1))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match=f"holds a finished run, which is never overwritten.*run_dir='{run}'"):
+        train(small_config(small_npz, run, epochs=1))
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_an_unfinished_run_cannot_be_resumed_with_other_settings(small_npz, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -108,7 +117,7 @@ def test_a_killed_run_resumes_where_it_stopped(small_npz, tmp_path):
     assert f"Resuming {run} from epoch {saved_epoch}/4" in resumed.stderr
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["optimizer_steps"] == 4 * 16  # as many steps as an uninterrupted run
-    assert len(metrics["history"]["loss"]) == 4 - saved_epoch
+    assert len(metrics["history"]["loss"]) == 4  # every epoch, also those before the kill
     keras.saving.load_model(run / "checkpoints" / "best.keras")  # not corrupted
 
 

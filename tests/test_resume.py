@@ -1,0 +1,154 @@
+"""A run SIGKILLed at any moment of an epoch's end, then run again, leaves the run an uninterrupted one leaves:
+the same history.csv, metrics.json history, best checkpoint and centres history."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attnconv.training import TrainConfig, train
+
+#: Where the killed process dies, at the end of its second epoch: after each epoch-end step that writes.
+KILLS = {
+    "after the best checkpoint": "kill_after(callbacks.BestCheckpoint, 'on_epoch_end')",
+    "after the history.csv row": "kill_after(keras.callbacks.CSVLogger, 'on_epoch_end')",
+    "after the centres": "kill_after(analysis.AttentionCentersHistory, 'on_epoch_end')",
+    "inside the backup, its state written but not published": "kill_before_publishing()",
+    "after the backup": "kill_after(callbacks.ResumableBackup, 'on_epoch_end')",
+}
+KILLER = """
+import os, signal, sys
+import keras
+from keras_attnconv import analysis, callbacks
+from keras_attnconv.training import TrainConfig, train
+
+EPOCH = 1  # the second epoch
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def kill_after(cls, name):
+    real = getattr(cls, name)
+    def wrapped(self, epoch, logs=None):
+        real(self, epoch, logs)
+        if epoch == EPOCH:
+            die()
+    setattr(cls, name, wrapped)
+
+def kill_before_publishing():
+    real = callbacks.write_json
+    def wrapped(path, data):
+        if path.name == "latest.json" and data["epoch"] == EPOCH + 1:
+            die()
+        real(path, data)
+    callbacks.write_json = wrapped
+
+{kill}
+train(TrainConfig(**{config!r}))
+"""
+
+
+def config(small_npz, run_dir):
+    # A quadratic model records centres; dropout makes the resumed random streams matter.
+    return {"name": "small", "model": "quadratic_tiny", "model_overrides": {"num_layers": 1, "hidden_dim": 16,
+            "intermediate_dim": 16, "dropout": 0.3}, "dataset": small_npz, "epochs": 3, "steps_per_epoch": 3,
+            "batch_size": 20, "run_dir": str(run_dir), "verbose": 0, "jit_compile": False, "export_dir": None}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_npz, tmp_path_factory):
+    run = tmp_path_factory.mktemp("whole") / "run"
+    train(TrainConfig(**config(small_npz, run)))
+    return run
+
+
+def record(run):
+    """What a finished run leaves that must not depend on a kill."""
+    metrics = json.loads((run / "metrics.json").read_text())
+    best = keras.saving.load_model(run / "checkpoints" / "best.keras", compile=False)
+    with np.load(run / "centers_history.npz") as centres:
+        centres = {name: centres[name] for name in centres.files}
+    preset_metrics = json.loads((run / "preset" / "metadata.json").read_text())["metrics"]
+    return {"history.csv": (run / "history.csv").read_text(), "history": metrics["history"],
+            "steps": metrics["optimizer_steps"], "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
+            "best weights": best.get_weights(), "centres": centres, "preset metrics": preset_metrics}
+
+
+@pytest.mark.parametrize("kill", KILLS)
+def test_a_kill_at_the_end_of_an_epoch_loses_nothing(kill, small_npz, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    script = textwrap.dedent(KILLER).format(kill=KILLS[kill], config=config(small_npz, run))
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (run / "metrics.json").exists()
+    keras.utils.set_random_seed(999)  # the rerun is another process: nothing global carries over
+    train(TrainConfig(**config(small_npz, run)))
+    found, expected = record(run), record(uninterrupted)
+    for key in ("history.csv", "history", "steps", "best.json", "preset metrics"):
+        assert found[key] == expected[key], key
+    for a, b in zip(found["best weights"], expected["best weights"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert found["centres"].keys() == expected["centres"].keys()
+    for name in expected["centres"]:
+        np.testing.assert_array_equal(found["centres"][name], expected["centres"][name])
+
+
+FILL_THE_DISK = """
+import os, sys
+from keras_attnconv import callbacks, cli
+
+real = callbacks.ResumableBackup.on_epoch_end
+
+def fill_after_the_first_epoch(self, epoch, logs=None):
+    real(self, epoch, logs)
+    if epoch == 0:  # another process takes every free byte
+        with open({filler!r}, "wb") as filler:
+            try:
+                while True:
+                    filler.write(bytes(2**16))
+                    filler.flush()
+            except OSError:
+                pass
+
+callbacks.ResumableBackup.on_epoch_end = fill_after_the_first_epoch
+sys.exit(cli.main({args!r}))
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB file system of its own (tmpfs), where the test may fill the disk for real."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(small_npz, uninterrupted, small_disk):
+    run = small_disk / "run"
+    values = config(small_npz, run)
+    args = ["train", "--name", values["name"], "--model", values["model"], "--model-overrides",
+            "{num_layers = 1, hidden_dim = 16, intermediate_dim = 16, dropout = 0.3}", "--dataset", small_npz,
+            "--epochs", "3", "--steps-per-epoch", "3", "--batch-size", "20", "--run-dir", str(run), "--verbose", "0",
+            "--jit-compile", "false", "--export-dir", "none"]
+    script = textwrap.dedent(FILL_THE_DISK).format(filler=str(small_disk / "filler"), args=args)
+    full = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert full.returncode == 2, full.stderr[-2000:]  # an error, not a crash of HDF5 (exit 139)
+    message = full.stderr.strip().splitlines()[-1]  # (TensorFlow's start-up lines come before: imported early here)
+    assert message.startswith("attnconv train: error: [Errno 28] No space left") and f"run_dir='{run}'" in message
+    assert json.loads((run / "backup" / "latest.json").read_text())["epoch"] == 1
+    (small_disk / "filler").unlink()
+    keras.utils.set_random_seed(999)
+    train(TrainConfig(**values))
+    found, expected = record(run), record(uninterrupted)
+    for key in ("history.csv", "history", "steps", "best.json"):
+        assert found[key] == expected[key], key
