@@ -8,7 +8,10 @@ TensorFlow for the embedded sample and local files (the GPU machine has none).
 TensorFlow and tfds are imported inside the functions that need them.
 """
 
+import contextlib
 import dataclasses
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,7 @@ SAMPLE_PATH = Path(__file__).parent / "assets" / "cifar10_sample.npz"
 TFDS_DATASETS = ("cifar10", "cifar100")
 DATASETS = (*TFDS_DATASETS, "cifar10_sample")
 PAD = 4  # pixels of zero padding before the random crop
+MAX_LABEL = 2**31  # class numbers beyond this are no labels (and beyond 2**63 they would wrap in int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +53,14 @@ def dataset_info(name):
     if name == "cifar10_sample":
         return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "validation")
     if str(name).endswith(".npz"):
-        with np.load(_existing_npz(name)) as data:
+        with _open_npz(name, _existing_npz(name)) as data:
             splits = _npz_splits(name, data.files)
-            labels = np.concatenate([_integer_labels(name, split, data[y]) for split, (_, y) in splits.items()])
-            image_size = int(data[next(iter(splits.values()))[0]].shape[1])
-            stated = [str(n) for n in data["class_names"]] if "class_names" in data.files else None
+            labels = np.concatenate([_integer_labels(name, split, _npz_array(name, data, y))
+                                     for split, (_, y) in splits.items()])
+            images_key = next(iter(splits.values()))[0]
+            image_size = _check_images(name, images_key, _npz_array(name, data, images_key)).shape[1]
+            stated = ([str(n) for n in _npz_array(name, data, "class_names")] if "class_names" in data.files
+                      else None)
         num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
         if num_classes < 2:
             raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
@@ -67,6 +74,39 @@ def dataset_info(name):
 def _unknown_dataset_message(name):
     return (f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
             f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`. Received: name={name!r}")
+
+
+@contextlib.contextmanager
+def _open_npz(name, path):
+    """The open .npz archive at `path`, a file that is none being a ValueError naming it (never pickles)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{str(path)!r} is not a readable .npz archive ({type(error).__name__}: {error}). "
+                         f"Received: name={str(name)!r}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):  # a single .npy array saved under a .npz name
+        raise ValueError(f"{str(path)!r} holds one array, not a .npz archive of named arrays (x, y). "
+                         f"Received: name={str(name)!r}")
+    with data:
+        yield data
+
+
+def _npz_array(name, data, key):
+    """The array `key` of an open .npz, a damaged, truncated, oversized or pickled one being a ValueError naming it."""
+    try:
+        return data[key]
+    except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
+        raise ValueError(f"The array {key!r} of {str(name)!r} cannot be read ({type(error).__name__}: {error}). "
+                         f"Received: name={str(name)!r}") from None
+
+
+def _check_images(name, key, images):
+    """`images` unless they are not the square uint8 RGB images (N, H, H, 3) a model takes: ValueError naming them."""
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or images.shape[1] != images.shape[2]:
+        hint = (" (channels first? the images must be NHWC)" if images.ndim == 4 and images.shape[1] == 3 else "")
+        raise ValueError(f"The array {key!r} of {str(name)!r} must hold square uint8 RGB images (N, H, H, 3){hint}. "
+                         f"Received: {key} {images.dtype} {images.shape}")
+    return images
 
 
 def _npz_splits(name, files):
@@ -97,6 +137,9 @@ def _integer_labels(name, split, labels):
                          f"Received: y {labels.dtype} with values such as {labels[labels != np.round(labels)][:3]}")
     if labels.size and labels.min() < 0:
         raise ValueError(f"The labels of {where} must be class numbers >= 0. Received: y with min {labels.min()}")
+    if labels.size and labels.max() >= MAX_LABEL:  # before the cast: uint64 or float values beyond int64 would wrap
+        raise ValueError(f"The labels of {where} must be class numbers below {MAX_LABEL}. "
+                         f"Received: y with max {labels.max()}")
     return labels.astype("int64")
 
 
@@ -123,12 +166,14 @@ def load_arrays(name, split, *, data_dir=None, download=False):
         images, labels = tfds.as_numpy(_tfds_dataset(name, split, data_dir, download, batch_size=-1))
     else:
         path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
-        with np.load(path) as data:
+        with _open_npz(name, path) as data:
             splits = _npz_splits(name, data.files)
             key = split if split in splits else ""
             if key not in splits:
                 raise ValueError(f"{name!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}")
-            images, labels = data[splits[key][0]], _integer_labels(name, key, data[splits[key][1]])
+            images_key, labels_key = splits[key]
+            images = _check_images(name, images_key, _npz_array(name, data, images_key))
+            labels = _integer_labels(name, key, _npz_array(name, data, labels_key))
     where = f"{name!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
         raise ValueError(f"{where} must hold uint8 images (N, H, W, 3) and N labels. "

@@ -16,6 +16,7 @@ from keras import ops
 from keras_attnconv.layers import DiagonalGaussianScore, GaussianScore, QuadraticScore
 from keras_attnconv.layers.encoder import encoder_blocks
 from keras_attnconv.models import AttentionClassifier
+from keras_attnconv.utils import check_positive_number
 
 #: Scores whose heads are Gaussians, with an inverse covariance to judge.
 _GAUSSIAN_SCORES = (GaussianScore, DiagonalGaussianScore, QuadraticScore)
@@ -48,6 +49,8 @@ def _inverse_covariances(score):
 
 def degenerate_heads(score, max_eigenvalue=1e-5, max_condition=1e5):
     """Indices of degenerate heads of a Gaussian/quadratic score, with the reason for each."""
+    check_positive_number("max_eigenvalue", max_eigenvalue)  # a negative or NaN threshold would prune nothing
+    check_positive_number("max_condition", max_condition)
     reasons = {}
     for head, inverse in enumerate(_inverse_covariances(score)):
         eigenvalues = np.abs(np.linalg.eigvalsh(inverse))
@@ -78,6 +81,8 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
         of `LayerPruning`, one per block. A block always keeps at least one
         head (the most concentrated one) so that it still has an attention.
     """
+    check_positive_number("max_eigenvalue", max_eigenvalue)
+    check_positive_number("max_condition", max_condition)
     if not isinstance(model, AttentionClassifier):
         raise ValueError("`model` must be an AttentionClassifier (build_model, from_preset). "
                          f"Received: model of class {type(model).__name__}")

@@ -7,7 +7,14 @@ flag at once, before TensorFlow or JAX loads and before anything is written.
 import dataclasses
 from pathlib import Path
 
-from keras_attnconv.utils import check_bool, check_choice, check_known_fields, check_positive_int, check_real
+from keras_attnconv.utils import (
+    check_bool,
+    check_choice,
+    check_known_fields,
+    check_positive_int,
+    check_real,
+    plain_numbers,
+)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "mirrored", "multi_worker")
@@ -71,6 +78,7 @@ class TrainConfig:
             check_real("seed", self.seed, 0, 2**32 - 1)
             if isinstance(self.seed, float):
                 raise ValueError(f"`seed` must be None or an integer in [0, 2**32). Received: seed={self.seed!r}")
+        plain_numbers(self)
         if not isinstance(self.model_overrides, dict):
             raise ValueError(
                 f"`model_overrides` must be a table/dict. Received: model_overrides={self.model_overrides!r}"

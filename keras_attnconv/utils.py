@@ -6,6 +6,7 @@ can validate its arguments before TensorFlow or JAX loads.
 """
 
 import contextlib
+import dataclasses
 import difflib
 import errno
 import json
@@ -26,6 +27,19 @@ def did_you_mean(name, candidates):
     """`` Did you mean 'x'?`` for the closest candidates, or an empty string."""
     suggestions = closest_names(name, candidates)
     return f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+
+
+def plain_numbers(instance):
+    """Gives the fields of a (frozen) dataclass that hold NumPy numbers Python's ``int`` and ``float`` instead.
+
+    NumPy scalars are valid numbers for the checks, but a config must stay
+    JSON-serializable (``config.json``, ``get_config``); booleans stay as they are.
+    """
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if isinstance(value, (bool, int, float)) or not isinstance(value, numbers.Real):
+            continue
+        object.__setattr__(instance, field.name, int(value) if isinstance(value, numbers.Integral) else float(value))
 
 
 def check_known_fields(values, fields, source):

@@ -123,3 +123,57 @@ def test_whole_float_labels_and_stated_class_names_are_accepted(tmp_path):
     images, labels = data.load_arrays(path, "train")
     assert labels.dtype == np.int64 and labels.tolist() == [0, 1, 2, 0, 1, 1]
     assert data.dataset_info(path).class_names == ("a", "b", "c", "d")  # 4 classes stated, 3 seen
+
+
+def _huge_declared_shape(path):
+    """An .npz whose x.npy header declares 10^12 images but holds a few bytes."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False,
+                                                  "shape": (10**12, 32, 32, 3)})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + b"\0" * 64)
+        labels = io.BytesIO()
+        np.save(labels, np.zeros(4, "int64"))
+        archive.writestr("y.npy", labels.getvalue())
+
+
+def _truncated(path):
+    np.savez(path, x=np.zeros((40, 8, 8, 3), np.uint8), y=np.arange(40) % 2)
+    path.write_bytes(path.read_bytes()[:300])
+
+
+IMAGES = np.zeros((4, 8, 8, 3), np.uint8)
+BAD_FILES = {
+    "1-D images": (lambda p: np.savez(p, x=np.zeros(12, np.uint8), y=np.arange(4) % 2), r"x uint8 \(12,\)"),
+    "5-D images": (lambda p: np.savez(p, x=np.zeros((4, 1, 8, 8, 3), np.uint8), y=np.arange(4) % 2),
+                   r"x uint8 \(4, 1, 8, 8, 3\)"),
+    "channels first": (lambda p: np.savez(p, x=np.zeros((4, 3, 8, 8), np.uint8), y=np.arange(4) % 2),
+                       r"channels first\?.*x uint8 \(4, 3, 8, 8\)"),
+    "not square": (lambda p: np.savez(p, x=np.zeros((4, 8, 6, 3), np.uint8), y=np.arange(4) % 2),
+                   r"square.*x uint8 \(4, 8, 6, 3\)"),
+    "object arrays": (lambda p: np.savez(p, x=IMAGES, y=np.array([0, "a", 1, 2], dtype=object)),
+                      r"The array 'y' of .* cannot be read"),
+    "a text file": (lambda p: p.write_text("x,y\n1,2\n"), "is not a readable .npz archive"),
+    "a truncated file": (_truncated, "cannot be read|is not a readable .npz archive"),
+    "a huge declared shape": (_huge_declared_shape, r"The array 'x' of .* cannot be read"),
+    "uint64 labels beyond int64": (lambda p: np.savez(p, x=IMAGES, y=np.array([0, 1, 2**63, 1], np.uint64)),
+                                   r"below 2147483648.*max 9223372036854775808"),
+    "float labels of 1e20": (lambda p: np.savez(p, x=IMAGES, y=np.array([0.0, 1.0, 1e20, 1.0])),
+                             r"below 2147483648.*max 1e\+20"),
+    "a label equal to the number of classes": (
+        lambda p: np.savez(p, x=IMAGES, y=np.array([0, 1, 2, 3]), class_names=np.array(["a", "b", "c"])),
+        r"must lie in \[0, 3\).*max 3"),
+}
+
+
+@pytest.mark.parametrize("damage", BAD_FILES)
+def test_a_bad_npz_is_an_error_naming_the_file_and_what_is_wrong(tmp_path, damage):
+    make, message = BAD_FILES[damage]
+    path = tmp_path / "data.npz"
+    make(path)
+    with pytest.raises(ValueError, match=message) as error:
+        data.load_arrays(str(path), "train")
+    assert str(path) in str(error.value)

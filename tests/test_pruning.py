@@ -81,6 +81,14 @@ def test_kept_heads_keep_their_attention_span():
     assert_pruned_equals_silenced(model, pruned, (2,))
 
 
+@pytest.mark.parametrize("thresholds, message", [({"max_eigenvalue": -1.0}, "max_eigenvalue=-1.0"),
+                                                 ({"max_condition": float("nan")}, "max_condition=nan"),
+                                                 ({"max_condition": "1e5"}, "max_condition='1e5'")])
+def test_thresholds_that_would_prune_nothing_are_refused(thresholds, message):
+    with pytest.raises(ValueError, match=message):
+        prune_degenerate_heads(degenerate_model(), **thresholds)
+
+
 def test_threshold_arguments_decide():
     _, report = prune_degenerate_heads(degenerate_model(), max_condition=1e3)
     assert report[1].pruned == (0,)

@@ -10,6 +10,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.utils import check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -95,8 +96,7 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
 
     def __init__(self, max_wavelength=10_000.0, **kwargs):
         super().__init__(**kwargs)
-        if not max_wavelength > 1:
-            raise ValueError(f"`max_wavelength` must be > 1. Received: max_wavelength={max_wavelength}")
+        check_real("max_wavelength", max_wavelength, low=1.0, low_open=True)
         self.max_wavelength = float(max_wavelength)
 
     def build(self, input_shape):

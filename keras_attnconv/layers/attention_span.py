@@ -33,7 +33,7 @@ from keras import ops
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_pair
 from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils import check_positive_int, check_positive_number, check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -85,14 +85,10 @@ class AttentionSpan(keras.layers.Layer):
         check_positive_int("num_heads", num_heads)
         if span_dims not in (1, 2) or isinstance(span_dims, bool):
             raise ValueError(f"`span_dims` must be 1 or 2. Received: span_dims={span_dims!r}")
-        if not (isinstance(min_sigma, (int, float)) and min_sigma > 0 and math.isfinite(min_sigma)):
-            raise ValueError(f"`min_sigma` must be a finite number > 0. Received: min_sigma={min_sigma!r}")
-        if not (isinstance(initial_sigma, (int, float)) and math.isfinite(initial_sigma)
-                and initial_sigma > min_sigma):
-            raise ValueError(f"`initial_sigma` must be a finite number > min_sigma ({min_sigma}). "
-                             f"Received: initial_sigma={initial_sigma!r}")
-        if threshold is not None and not (isinstance(threshold, (int, float)) and 0 < threshold < 1):
-            raise ValueError(f"`threshold` must be None or a number in (0, 1). Received: threshold={threshold!r}")
+        check_positive_number("min_sigma", min_sigma)
+        check_real("initial_sigma", initial_sigma, low=min_sigma, low_open=True)
+        if threshold is not None:
+            check_real("threshold", threshold, 0.0, 1.0, low_open=True, high_open=True)
         self.num_heads = int(num_heads)
         self.span_dims = int(span_dims)
         self.initial_sigma = float(initial_sigma)

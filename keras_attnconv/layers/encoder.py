@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+from keras_attnconv.layers.validation import real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
@@ -105,7 +106,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.output_norm.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        inputs = ops.cast(inputs, self.compute_dtype)  # integer inputs too, not only floating ones
+        inputs = real_inputs(inputs, self.compute_dtype)  # integer inputs too, not only floating ones
         attended = self.attention(inputs, training=training, return_attention_scores=return_attention_scores)
         if return_attention_scores:
             attended, probabilities = attended

@@ -13,14 +13,15 @@ from keras_attnconv.utils import check_positive_int
 class LearnedRelativeScore(PositionScore):
     """Learned relative encoding: ``r_delta = (row_emb[delta_1], col_emb[delta_2])``.
 
-    ``floor(D_p / 2)`` dimensions embed the row shift and ``floor(D_p / 2)`` the
-    column shift (``encoding_dim = 2 * floor(D_p / 2)``). The position score of
-    head h is ``v_h^T r_delta``; it depends on the shift only.
+    ``D_p / 2`` dimensions embed the row shift and ``D_p / 2`` the column shift
+    (``encoding_dim = D_p``). The position score of head h is
+    ``v_h^T r_delta``; it depends on the shift only.
 
     Args:
         num_heads: int, number of attention heads.
-        embedding_dim: int >= 2, ``D_p``. Built by name inside an attention
-            (`get_position_score`), it defaults to the attention's ``key_dim``.
+        embedding_dim: even int >= 2, ``D_p``. Built by name inside an
+            attention (`get_position_score`), it defaults to the attention's
+            ``key_dim`` (its even part: ``key_dim - key_dim % 2``).
         max_position: int or None. Largest grid side the tables cover
             (``2 * max_position - 1`` shifts per axis). None sizes them to the
             grid the layer is built on.
@@ -39,8 +40,9 @@ class LearnedRelativeScore(PositionScore):
                  embeddings_initializer=None, head_vectors=True, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_positive_int("embedding_dim", embedding_dim)
-        if embedding_dim < 2:
-            raise ValueError(f"`embedding_dim` must be >= 2. Received: embedding_dim={embedding_dim}")
+        if embedding_dim < 2 or embedding_dim % 2:
+            raise ValueError("`embedding_dim` must be an even number >= 2: half of it embeds the row shift, half the "
+                             f"column shift. Received: embedding_dim={embedding_dim}")
         check_positive_int("max_position", max_position, allow_none=True)
         self.embedding_dim = int(embedding_dim)
         self.max_position = None if max_position is None else int(max_position)
@@ -52,7 +54,7 @@ class LearnedRelativeScore(PositionScore):
 
     @classmethod
     def from_arguments(cls, num_heads, key_dim=None, **kwargs):
-        kwargs.setdefault("embedding_dim", key_dim)
+        kwargs.setdefault("embedding_dim", key_dim if key_dim is None else key_dim - key_dim % 2)
         return cls(num_heads, **kwargs)
 
     def build(self, input_shape):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_attnconv.layers.validation import real_inputs
 from keras_attnconv.utils import check_real
 
 
@@ -53,7 +54,7 @@ class PixelNormalization(keras.layers.Layer):
     def call(self, inputs):
         scale = ops.convert_to_tensor([1.0 / (255.0 * s) for s in self.std], "float32")
         offset = ops.convert_to_tensor([m / s for m, s in zip(self.mean, self.std)], "float32")
-        return ops.cast(ops.cast(inputs, "float32") * scale - offset, self.compute_dtype)
+        return ops.cast(real_inputs(inputs, "float32") * scale - offset, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

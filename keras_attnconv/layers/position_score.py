@@ -27,7 +27,7 @@ from keras import ops
 
 from keras_attnconv.layers.shift_geometry import combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils import check_bool, check_positive_int
 
 # Centres are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
 PAPER_CENTER_STDDEV = 2.0**0.5
@@ -56,8 +56,9 @@ class PositionScore(keras.layers.Layer):
     def __init__(self, num_heads, head_vectors=True, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
+        check_bool("head_vectors", head_vectors)
         self.num_heads = int(num_heads)
-        self.head_vectors = bool(head_vectors)
+        self.head_vectors = head_vectors
 
     @classmethod
     def from_arguments(cls, num_heads, key_dim=None, **kwargs):

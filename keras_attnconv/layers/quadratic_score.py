@@ -1,12 +1,14 @@
 """The paper's quadratic encoding, eq. (9): isotropic Gaussian heads."""
 
+import numbers
+
 import keras
 import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features, shift_grid
-from keras_attnconv.utils import check_real
+from keras_attnconv.utils import check_positive_number, check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -44,6 +46,15 @@ class QuadraticScore(PositionScore):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_real("center_stddev", center_stddev, low=0.0)
         self.center_stddev = float(center_stddev)
+        if isinstance(alpha_initializer, numbers.Real) and not isinstance(alpha_initializer, bool):
+            check_positive_number("alpha_initializer", alpha_initializer)  # a NaN would make every score NaN
+            alpha_initializer = float(alpha_initializer)
+        else:
+            try:
+                keras.initializers.get(alpha_initializer)
+            except (TypeError, ValueError):
+                raise ValueError("`alpha_initializer` must be a number > 0 or a Keras initializer. "
+                                 f"Received: alpha_initializer={alpha_initializer!r}") from None
         self.alpha_initializer = alpha_initializer
 
     def build(self, input_shape):
@@ -52,8 +63,8 @@ class QuadraticScore(PositionScore):
             self.centers = self._add_float32_weight(
                 "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev))
             alpha_init = self.alpha_initializer
-            if isinstance(alpha_init, (int, float)):
-                alpha_init = keras.initializers.Constant(float(alpha_init))
+            if isinstance(alpha_init, float):
+                alpha_init = keras.initializers.Constant(alpha_init)
             self.alpha = self._add_float32_weight("alpha", (self.num_heads,), alpha_init)
 
     @property
@@ -89,7 +100,7 @@ class QuadraticScore(PositionScore):
     def get_config(self):
         config = super().get_config()
         alpha_init = self.alpha_initializer
-        if not isinstance(alpha_init, (int, float)):
+        if not isinstance(alpha_init, float):
             alpha_init = keras.initializers.serialize(keras.initializers.get(alpha_init))
         config.update({"center_stddev": self.center_stddev, "alpha_initializer": alpha_init})
         return config

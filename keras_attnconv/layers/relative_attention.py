@@ -11,7 +11,7 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.neighbourhood import dilation_pair, get_neighbourhood, window_pair
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
-from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.layers.validation import grid_size, real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
@@ -169,6 +169,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         if content_scale is not None:
             check_positive_number("content_scale", content_scale)
+        for name, value in (("use_content_content", use_content_content), ("use_content_position", use_content_position),
+                            ("use_key_bias", use_key_bias), ("use_position_bias", use_position_bias),
+                            ("position_key_projection", position_key_projection), ("use_bias", use_bias)):
+            check_bool(name, value)
         terms = dict(zip(_TERMS, (use_content_content, use_content_position, use_key_bias, use_position_bias)))
         if not any(terms.values()):
             raise ValueError(f"At least one score term must be on. Received: {terms}")
@@ -185,14 +189,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self._output_dim = output_dim
         self._key_dim = key_dim
         self.input_dim = None  # set by build()
-        self.use_content_content = bool(use_content_content)
-        self.use_content_position = bool(use_content_position)
-        self.use_key_bias = bool(use_key_bias)
-        self.use_position_bias = bool(use_position_bias)
-        self.content_scale = content_scale
-        self.position_key_projection = bool(position_key_projection)
+        self.use_content_content = use_content_content
+        self.use_content_position = use_content_position
+        self.use_key_bias = use_key_bias
+        self.use_position_bias = use_position_bias
+        self.content_scale = None if content_scale is None else float(content_scale)
+        self.position_key_projection = position_key_projection
         self.dropout = float(dropout)
-        self.use_bias = bool(use_bias)
+        self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
@@ -446,7 +450,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # Keras autocasts floating inputs only; integer images are cast here, as values.
-        inputs = ops.cast(inputs, self.compute_dtype)
+        inputs = real_inputs(inputs, self.compute_dtype)
         height, width = grid_size(inputs.shape)
         mode = self.attention_mode_for(height, width)
         if mode == "separable":

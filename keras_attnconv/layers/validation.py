@@ -1,4 +1,16 @@
-"""Shape checks of the layers, with Keras-style messages."""
+"""Shape and dtype checks of the layers, with Keras-style messages."""
+
+import keras
+
+
+def real_inputs(inputs, compute_dtype):
+    """`inputs` cast to `compute_dtype`; a complex input is refused (a cast would drop its imaginary part)."""
+    dtype = keras.backend.standardize_dtype(inputs.dtype)
+    if dtype.startswith("complex"):
+        raise ValueError(f"The inputs must be real numbers (a cast would drop the imaginary part). "
+                         f"Received: inputs of dtype {dtype}")
+    return keras.ops.cast(inputs, compute_dtype)
+
 
 def grid_size(input_shape):
     """Returns the static (height, width) of a (batch, H, W, C) shape, or raises."""

@@ -15,7 +15,7 @@ from keras_attnconv.layers import (
 from keras_attnconv.layers.neighbourhood import check_window, dilation_pair, window_pair
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields
-from keras_attnconv.utils import check_bool, check_positive_int, did_you_mean
+from keras_attnconv.utils import check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 #: `RelativeMultiHeadAttention` arguments that `attention_options` may set (the config's own fields set the others).
@@ -42,8 +42,9 @@ class AttentionClassifierConfig(ClassifierConfig):
         intermediate_dim: feed-forward width.
         position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"``, ``"siren"``,
             or None when no relative position term is used.
-        position_embedding_dim: ``D_p`` of the learned encoding, a positive
-            int; None means ``hidden_dim``.
+        position_embedding_dim: ``D_p`` of the learned encoding, an even
+            positive int (half embeds the row shift, half the column shift);
+            None means ``hidden_dim`` (its even part).
         use_content_content, use_content_position, use_position_bias: the
             score terms of eq. (8) (see `RelativeMultiHeadAttention`).
         absolute_encoding: None, ``"learned"`` or ``"sinusoid"``: an absolute
@@ -97,15 +98,20 @@ class AttentionClassifierConfig(ClassifierConfig):
             if isinstance(getattr(self, name), list):
                 self._set(name, tuple(getattr(self, name)))
         check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling"),
-                            rates=("dropout", "attention_dropout"), positive_numbers=("initializer_range",),
-                            optional_positive=("position_embedding_dim",))
+                            rates=("dropout", "attention_dropout"),
+                            positive_numbers=("initializer_range", "layer_norm_epsilon"),
+                            optional_positive=("position_embedding_dim",),
+                            bools=("use_content_content", "use_content_position", "use_position_bias", "rematerialize"))
+        plain_numbers(self)  # the fields checked above, as JSON-serializable Python numbers
+        if self.position_embedding_dim is not None and self.position_embedding_dim % 2:
+            raise ValueError("`position_embedding_dim` must be even: half of it embeds the row shift, half the column "
+                             f"shift. Received: position_embedding_dim={self.position_embedding_dim}")
         if self.window is not None:  # the layer's own rules, checked before anything is built
             side = self.image_size // self.downsampling
             for window, dilation in zip(window_pair("window", self.window), dilation_pair(self.dilation)):
                 check_window(window, dilation, side)
         elif self.dilation != 1:
             raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation!r}, window=None")
-        check_bool("rematerialize", self.rematerialize)
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
@@ -172,7 +178,7 @@ def _position_score(config, num_heads, dtype):
         return config.position_score
     return LearnedRelativeScore(
         num_heads,
-        embedding_dim=config.hidden_dim if config.position_embedding_dim is None else config.position_embedding_dim,
+        embedding_dim=config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2,
         head_vectors=config.use_position_bias,
         embeddings_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
         dtype=dtype,

@@ -9,6 +9,7 @@ the same configuration, preprocessing and class names.
 """
 
 import dataclasses
+import numbers
 
 import keras
 
@@ -16,7 +17,7 @@ from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_channel_statistics
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils import check_known_fields, check_positive_int
+from keras_attnconv.utils import check_known_fields, check_positive_int, plain_numbers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +41,10 @@ class ClassifierConfig:
 
     def __post_init__(self):
         num_classes = self.num_classes
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 2:
             raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
         check_positive_int("image_size", self.image_size)
+        plain_numbers(self)
         self._set("pixel_mean", check_channel_statistics("pixel_mean", self.pixel_mean))
         self._set("pixel_std", check_channel_statistics("pixel_std", self.pixel_std, positive=True))
         if self.class_names is not None:

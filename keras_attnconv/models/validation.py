@@ -2,10 +2,10 @@
 
 import keras
 
-from keras_attnconv.utils import check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
-def check_config_fields(config, positive=(), rates=(), positive_numbers=(), optional_positive=()):
+def check_config_fields(config, positive=(), rates=(), positive_numbers=(), optional_positive=(), bools=()):
     """Raises ValueError naming the first field of `config` that is out of range.
 
     Args:
@@ -14,6 +14,7 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
         rates: fields that must be real numbers in [0, 1) (dropout rates).
         positive_numbers: fields that must be finite real numbers > 0.
         optional_positive: fields that are None (a default) or integers >= 1.
+        bools: fields that are True or False (a string such as "false" is refused).
     """
     for field in positive:
         check_positive_int(field, getattr(config, field))
@@ -24,6 +25,8 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
         check_rate(field, getattr(config, field))
     for field in positive_numbers:
         check_positive_number(field, getattr(config, field))
+    for field in bools:
+        check_bool(field, getattr(config, field))
 
 
 def dtype_policy(dtype):

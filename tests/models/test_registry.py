@@ -164,6 +164,14 @@ def test_mixed_float16_models_compile_with_loss_scaling(dtype, loss_scaled):
     (lambda: keras_attnconv.build_model("quadratic", dtype="mixed_float32"), "dtype='mixed_float32'"),
     (lambda: keras_attnconv.build_model("resnet18", dtype="int8_from_float32"), "dtype='int8_from_float32'"),
     (lambda: keras_attnconv.get_model_config("resnet18").build(dtype="int32"), "dtype='int32'"),
+    # Values a recipe or a notebook hands over that used to build another model silently.
+    (lambda: keras_attnconv.build_model("quadratic_tiny", use_content_content="false"), "use_content_content='false'"),
+    (lambda: keras_attnconv.build_model("quadratic_tiny", use_position_bias="no"), "use_position_bias='no'"),
+    (lambda: keras_attnconv.build_model("learned", position_embedding_dim=3), "even.*position_embedding_dim=3"),
+    (lambda: keras_attnconv.build_model("quadratic", layer_norm_epsilon=0), "layer_norm_epsilon=0"),
+    (lambda: keras_attnconv.build_model("quadratic", layer_norm_epsilon=float("nan")), "layer_norm_epsilon=nan"),
+    (lambda: keras_attnconv.build_model("quadratic", layer_norm_epsilon=-1), "layer_norm_epsilon=-1"),
+    (lambda: keras_attnconv.build_model("quadratic", layer_norm_epsilon="x"), "layer_norm_epsilon='x'"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
