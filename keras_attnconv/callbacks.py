@@ -6,6 +6,7 @@ import os
 import shutil
 import statistics
 import time
+import zipfile
 from pathlib import Path
 
 import keras
@@ -74,13 +75,21 @@ class ResumableBackup(keras.callbacks.Callback):
         """Loads the latest complete state into `model`; returns its epoch (0 if none).
 
         `backup_dir` reads another directory's states (a non-chief worker
-        resumes from the chief's backups but writes its own elsewhere).
+        resumes from the chief's backups but writes its own elsewhere). A
+        damaged backup is an error naming it (backups are written whole, so
+        only something else can damage one).
         """
         backup_dir = Path(backup_dir or self.backup_dir)
-        pointer = backup_dir / "latest.json"
-        if not pointer.exists():
+        if not (backup_dir / "latest.json").exists():
             return 0
-        latest = json.loads(pointer.read_text())
+        try:
+            return self._restore(model, backup_dir)
+        except (OSError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as error:
+            raise ValueError(f"The backup in {backup_dir} cannot be read ({type(error).__name__}: {error}). Move it "
+                             f"away to train from the start. Received: backup_dir={str(backup_dir)!r}") from None
+
+    def _restore(self, model, backup_dir):
+        latest = json.loads((backup_dir / "latest.json").read_text())
         state = backup_dir / latest["directory"]
         optimizer = model.optimizer
         if not optimizer.built:

@@ -128,8 +128,12 @@ def _convert(args):
 def _bench(args):
     from keras_attnconv import bench
 
+    from keras_attnconv.utils import check_writable
+
     output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
                              "formats": "bench-formats.json"}[args.suite]
+    for path in (output, os.path.splitext(output)[0] + ".md"):  # before the benchmark, not after it
+        check_writable(path, "output", file=True)
     if args.suite == "numerics":
         results = bench.run_numerics(quick=args.quick, output=output, command=args.command_line)
         print(bench.numerics_markdown(results))
@@ -266,8 +270,10 @@ def _quiet_start_up(debug):
 
 def _one_line(error, limit=600):
     message = " ".join(str(error).split()) or type(error).__name__
-    if len(message) > limit:  # e.g. a backend error that prints a whole tensor
-        message = message[:limit] + " ..."
+    if len(message) > limit:  # e.g. a backend error that prints a whole tensor: keep what was received
+        received = message.rfind("Received:")
+        tail = message[received:received + limit // 2] if received >= 0 else ""
+        message = message[:limit - len(tail)] + " ... " + tail
     if isinstance(error, (KeyError, ModuleNotFoundError)) or not str(error):
         message = f"{type(error).__name__}: {message}"
     return message

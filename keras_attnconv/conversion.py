@@ -16,6 +16,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers import ConvolutionAsAttention, QuadraticScore, RelativeMultiHeadAttention
+from keras_attnconv.utils import check_choice, check_positive_int, check_seed
 
 #: Softmax weight of a pixel one step from a head's centre is exp(-alpha):
 #: exp(-100) ~ 4e-44 is below float32 resolution next to 1 (Lemma 2 needs >= 46).
@@ -104,6 +105,15 @@ def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dila
     Returns:
         A `ConversionMeasurement`.
     """
+    for name, value in (("filters", filters), ("kernel_size", kernel_size), ("strides", strides),
+                        ("dilation", dilation), ("size", size), ("channels", channels)):
+        check_positive_int(name, value)
+    check_choice("padding", padding, ("same", "valid"))
+    check_seed("seed", seed)
+    needed = dilation * (kernel_size - 1) + 1
+    if padding == "valid" and size < needed:
+        raise ValueError(f"A {kernel_size}x{kernel_size} kernel with dilation {dilation} needs images of at least "
+                         f"{needed} pixels with padding='valid'. Received: size={size}")
     keras.utils.set_random_seed(seed)
     conv = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding=padding, dilation_rate=dilation,
                                bias_initializer="random_normal")

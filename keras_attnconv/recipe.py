@@ -13,6 +13,7 @@ from keras_attnconv.utils import (
     check_known_fields,
     check_positive_int,
     check_real,
+    check_seed,
     plain_numbers,
 )
 
@@ -74,10 +75,7 @@ class TrainConfig:
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("verbose", self.verbose, (0, 1, 2))
-        if self.seed is not None:
-            check_real("seed", self.seed, 0, 2**32 - 1)
-            if isinstance(self.seed, float):
-                raise ValueError(f"`seed` must be None or an integer in [0, 2**32). Received: seed={self.seed!r}")
+        check_seed("seed", self.seed)
         plain_numbers(self)
         if not isinstance(self.model_overrides, dict):
             raise ValueError(

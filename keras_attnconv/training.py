@@ -23,6 +23,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ from keras_attnconv.callbacks import (
     rewind_csv,
 )
 from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
-from keras_attnconv.utils import file_lock, write_json
+from keras_attnconv.utils import check_writable, file_lock, write_json
 
 __all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",
            "toml_module", "train"]
@@ -103,8 +104,7 @@ def finished_run(config):
         finished = candidate
     if finished is None:
         return None
-    saved = json.loads((finished / "config.json").read_text())
-    return None if same_run(saved, resolved_config(config, finished)) else finished
+    return None if same_run(read_run_config(finished) or {}, resolved_config(config, finished)) else finished
 
 
 def resolved_config(config, run_dir):
@@ -118,19 +118,45 @@ def same_run(saved, resolved):
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
 
 
+def read_run_config(run_dir):
+    """The ``config.json`` of a run directory (None if there is none), a damaged one being an error naming it."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read ({error}): it is not a run directory of attnconv train, or it "
+                         f"was damaged. Pass another --run-dir. Received: run_dir={str(run_dir)!r}") from None
+
+
+#: What a run leaves in its directory before it finishes (all of it a function of its configuration).
+RUN_RECORDS = ("backup", "checkpoints", "logs", "history.csv", "centers_history.npz", "preset")
+
+
 def _check_same_run(run_dir, resolved):
+    """Whether `run_dir` holds a run of another configuration that never completed an epoch (to start anew).
+
+    Raises for a finished run, which is never touched, and for an unfinished
+    run of another configuration with a completed epoch, which is never lost.
+    """
     if (run_dir / "metrics.json").exists():
         raise FileExistsError(f"{run_dir} holds a finished run, which is never overwritten: pass another --run-dir, or "
                               f"none for the next free one under runs_dir. Received: run_dir={str(run_dir)!r}")
-    saved_path = run_dir / "config.json"
-    if not saved_path.exists():
-        return
-    saved = json.loads(saved_path.read_text())
-    changed = same_run(saved, resolved)
-    if changed:
+    saved = read_run_config(run_dir)
+    changed = same_run(saved, resolved) if saved is not None else []
+    if changed and (run_dir / "backup" / "latest.json").exists():
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
-        raise ValueError(f"{run_dir} holds an unfinished run with a different configuration ({details}). "
-                         "Resume it with the same settings, or pass another --run-dir.")
+        raise ValueError(f"{run_dir} holds an unfinished run with a different configuration ({details}) and a "
+                         "completed epoch. Resume it with the same settings, or pass another --run-dir.")
+    return bool(changed)
+
+
+def _start_anew(run_dir):
+    """Removes what a run of another configuration, stopped before its first epoch ended, left in `run_dir`."""
+    for name in RUN_RECORDS:
+        path = run_dir / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -177,8 +203,13 @@ def _plan(config):
     from keras_attnconv.optim import WarmupCosineDecay
 
     info = dataset_info(config.dataset)
-    model_fields = {"num_classes": info.num_classes, "image_size": info.image_size, "class_names": info.class_names,
-                    "pixel_mean": info.mean, "pixel_std": info.std, **config.model_overrides}
+    from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
+    for field, value in from_dataset.items():
+        if field in config.model_overrides and config.model_overrides[field] != value:
+            raise ValueError(f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
+                             f"overridden. Received: model_overrides={config.model_overrides!r}")
+    model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": info.mean, "pixel_std": info.std,
+                    **config.model_overrides}
     get_model_config(config.model, **model_fields)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
@@ -264,6 +295,7 @@ def train(config):
     """
     plan = _plan(config)
     run_dir = resolve_run_dir(config)
+    check_writable(run_dir, "run_dir")
     resolved = resolved_config(config, run_dir)
     _check_same_run(run_dir, resolved)
     if not is_chief(plan.strategy):
@@ -273,7 +305,8 @@ def train(config):
             return {**_fit(config, plan, Path(scratch), resume_from=run_dir / "backup"), "run_dir": str(run_dir),
                     "chief": False}
     with run_lock(run_dir):
-        _check_same_run(run_dir, resolved)  # again, now that no other process can write it
+        if _check_same_run(run_dir, resolved):  # again, now that no other process can write it
+            _start_anew(run_dir)
         write_json(run_dir / "config.json", resolved)
         try:
             return _fit(config, plan, run_dir)
@@ -296,7 +329,11 @@ def _save_best_as_preset(config, plan, run_dir):
     preset = run_dir / "preset"
     if preset.exists():
         return preset
-    best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
+    try:
+        best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
+    except Exception as error:  # Keras reports a damaged archive as "File not found" or a zip error
+        raise ValueError(f"{run_dir / 'checkpoints' / 'best.keras'} cannot be loaded ({error}); it was damaged after "
+                         f"training wrote it. Received: run_dir={str(run_dir)!r}") from None
     best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
     record = json.loads((run_dir / "checkpoints" / "best.json").read_text())

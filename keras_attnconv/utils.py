@@ -85,6 +85,13 @@ def check_bool(name, value):
         raise ValueError(f"`{name}` must be true or false. Received: {name}={value!r}")
 
 
+def check_seed(name, value):
+    """Raises ValueError naming `name` unless `value` is None or an integer seed in [0, 2**32) (Keras' and NumPy's)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                              or not 0 <= value < 2**32):
+        raise ValueError(f"`{name}` must be None or an integer in [0, 2**32). Received: {name}={value!r}")
+
+
 def check_choice(name, value, choices):
     """Raises ValueError naming `name` unless `value` is one of `choices` (suggesting the closest)."""
     if value not in choices:

@@ -13,7 +13,7 @@ from pathlib import Path
 import keras
 
 from keras_attnconv.training import finished_run, run_lock, train
-from keras_attnconv.utils import write_json
+from keras_attnconv.utils import check_writable, write_json
 
 EXPORT_RECORD = "export.json"
 
@@ -53,7 +53,12 @@ def export_run(config, run_dir):
 
 
 def train_and_export(config):
-    """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics."""
+    """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics.
+
+    An export root that could not be written is an error before the training, not after it.
+    """
+    if config.export_dir and keras.backend.backend() == "tensorflow":
+        check_writable(config.export_dir, "export_dir")
     run_dir = unexported_run(config)
     if run_dir is None:
         metrics = train(config)

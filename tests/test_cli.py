@@ -145,3 +145,43 @@ def test_compare_with_an_unknown_model_fails_before_any_training(tmp_path, capsy
                      "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
     assert "Did you mean 'quadratic_span_tiny'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["convert", "--size", "0"], "Received: size=0"),
+    (["convert", "--kernel-size", "5", "--size", "3", "--padding", "valid"], "at least 5 pixels.*Received: size=3"),
+    (["train", "--seed", "-1"], "Received: seed=-1"),
+    (["train", "--seed", "4294967296"], "Received: seed=4294967296"),
+])
+def test_more_bad_values_are_named_in_one_line(capsys, args, message):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err)
+
+
+def test_paths_that_cannot_be_written_are_named_before_any_work(tmp_path, capsys, small_npz):
+    (tmp_path / "file").write_text("")
+    common = ["--model", "quadratic_tiny", "--dataset", small_npz, "--epochs", "1", "--jit-compile", "false"]
+    cases = [
+        (["train", *common, "--run-dir", str(tmp_path / "file" / "run"), "--export-dir", "none"], "run_dir"),
+        (["train", *common, "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "file" / "sm")],
+         "export_dir"),
+        (["bench", "--quick", "--output", str(tmp_path / "file" / "bench.json")], "output"),
+    ]
+    for args, argument in cases:
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert f"Cannot write to {argument}=" in err and f"{tmp_path / 'file'} is a file" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no run, no export, no results
+
+
+def test_an_override_of_what_the_dataset_decides_is_refused(tmp_path, capsys, small_npz):
+    assert cli.main(["train", "--model", "quadratic_tiny", "--dataset", small_npz, "--model-overrides",
+                     "{image_size = 64}", "--run-dir", str(tmp_path / "run"), "--export-dir", "none"]) == 2
+    assert "`image_size` comes from the dataset (8 for" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_long_message_keeps_what_was_received():
+    message = cli._one_line(ValueError("x" * 2000 + " Received: value=42"))
+    assert len(message) < 700 and message.endswith("Received: value=42")

@@ -82,12 +82,26 @@ def test_a_finished_run_given_again_is_refused_and_left_as_it_is(small_npz, tmp_
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
-def test_an_unfinished_run_cannot_be_resumed_with_other_settings(small_npz, tmp_path):
+def test_an_unfinished_run_with_a_completed_epoch_cannot_be_resumed_with_other_settings(small_npz, tmp_path):
     run = tmp_path / "run"
-    run.mkdir()
+    (run / "backup").mkdir(parents=True)
+    (run / "backup" / "latest.json").write_text('{"epoch": 1, "directory": "epoch-00001"}')
     (run / "config.json").write_text(json.dumps({**vars(small_config(small_npz, run)), "epochs": 9}))
-    with pytest.raises(ValueError, match="epochs: 9 -> 2"):
+    with pytest.raises(ValueError, match="epochs: 9 -> 2.*completed epoch"):
         train(small_config(small_npz, run))
+    assert json.loads((run / "config.json").read_text())["epochs"] == 9
+
+
+def test_a_run_stopped_before_its_first_epoch_ended_starts_anew_with_corrected_settings(small_npz, tmp_path):
+    # E.g. a configuration that failed at its first step: the corrected command must not be refused.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.json").write_text('{"val_accuracy": 0.99, "epoch": 1}')  # another model's
+    (run / "history.csv").write_text("epoch,loss\n0,9.0\n")
+    (run / "config.json").write_text(json.dumps({**vars(small_config(small_npz, run)), "epochs": 9}))
+    metrics = train(small_config(small_npz, run, epochs=1))
+    assert json.loads((run / "config.json").read_text())["epochs"] == 1
+    assert len((run / "history.csv").read_text().splitlines()) == 2 and metrics["best_val_accuracy"] < 0.99
 
 
 def cli(*args):
@@ -288,3 +302,26 @@ def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_n
     whole = (tmp_path / "whole" / "history.csv").read_text().splitlines()
     resumed = (tmp_path / "resumed" / "history.csv").read_text().splitlines()
     assert len(whole) == 4 and resumed == whole
+
+
+def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
+    from keras_attnconv import training
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{")
+    with pytest.raises(ValueError, match=f"config.json cannot be read.*run_dir='{run}'"):
+        train(small_config(small_npz, run))
+    (run / "config.json").unlink()
+    # Killed after its last epoch, before its preset: the rerun loads the best checkpoint, damaged meanwhile.
+    monkeypatch.setattr(training, "_save_best_as_preset", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        train(small_config(small_npz, run, epochs=1))
+    monkeypatch.undo()
+    best = run / "checkpoints" / "best.keras"
+    best.write_bytes(best.read_bytes()[:100])
+    with pytest.raises(ValueError, match="best.keras cannot be loaded.*damaged"):
+        train(small_config(small_npz, run, epochs=1))
+    (run / "backup" / "latest.json").write_text("{")
+    with pytest.raises(ValueError, match="The backup in .* cannot be read"):
+        train(small_config(small_npz, run, epochs=1))

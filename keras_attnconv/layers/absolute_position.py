@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.validation import grid_size
+from keras_attnconv.layers.validation import get_initializer, grid_size
 from keras_attnconv.utils import check_real
 
 
@@ -35,7 +35,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
 
     def __init__(self, initializer=None, **kwargs):
         super().__init__(**kwargs)
-        self.initializer = keras.initializers.get(initializer or keras.initializers.RandomNormal(stddev=0.02))
+        self.initializer = get_initializer("initializer", initializer or keras.initializers.RandomNormal(stddev=0.02))
 
     def build(self, input_shape):
         height, width = grid_size(input_shape)

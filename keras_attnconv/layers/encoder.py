@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.layers.validation import real_inputs
+from keras_attnconv.layers.validation import get_activation, get_initializer, real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
@@ -68,8 +68,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.dropout = float(dropout)
         self.attention_dropout = float(attention_dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.activation = keras.activations.get(activation)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.activation = get_activation("activation", activation)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
         self.rematerialize = rematerialize
         self.attention = RelativeMultiHeadAttention(
             num_heads=num_heads, position_score=position_score, dropout=attention_dropout,

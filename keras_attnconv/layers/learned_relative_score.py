@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
+from keras_attnconv.layers.validation import get_initializer
 from keras_attnconv.utils import check_positive_int
 
 
@@ -46,9 +47,8 @@ class LearnedRelativeScore(PositionScore):
         check_positive_int("max_position", max_position, allow_none=True)
         self.embedding_dim = int(embedding_dim)
         self.max_position = None if max_position is None else int(max_position)
-        self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02)
-        )
+        self.embeddings_initializer = get_initializer(
+            "embeddings_initializer", embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02))
         self.axis_dim = self.embedding_dim // 2
         self.encoding_dim = 2 * self.axis_dim
 

@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features, shift_grid
+from keras_attnconv.layers.validation import get_initializer
 from keras_attnconv.utils import check_positive_number, check_real
 
 
@@ -50,11 +51,7 @@ class QuadraticScore(PositionScore):
             check_positive_number("alpha_initializer", alpha_initializer)  # a NaN would make every score NaN
             alpha_initializer = float(alpha_initializer)
         else:
-            try:
-                keras.initializers.get(alpha_initializer)
-            except (TypeError, ValueError):
-                raise ValueError("`alpha_initializer` must be a number > 0 or a Keras initializer. "
-                                 f"Received: alpha_initializer={alpha_initializer!r}") from None
+            get_initializer("alpha_initializer", alpha_initializer)
         self.alpha_initializer = alpha_initializer
 
     def build(self, input_shape):

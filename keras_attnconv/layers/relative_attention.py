@@ -11,7 +11,7 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.neighbourhood import dilation_pair, get_neighbourhood, window_pair
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
-from keras_attnconv.layers.validation import grid_size, real_inputs
+from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
@@ -197,8 +197,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.position_key_projection = position_key_projection
         self.dropout = float(dropout)
         self.use_bias = use_bias
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
 
         # A named score is created in build(), once key_dim is known; an instance
         # (or its config) is used as given. Only the name is kept apart: storing the

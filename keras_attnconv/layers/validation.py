@@ -3,6 +3,23 @@
 import keras
 
 
+def get_initializer(name, value):
+    """``keras.initializers.get(value)``, an unknown identifier being a ValueError naming the argument `name`."""
+    return _keras_object(keras.initializers.get, "a Keras initializer", name, value)
+
+
+def get_activation(name, value):
+    """``keras.activations.get(value)``, an unknown identifier being a ValueError naming the argument `name`."""
+    return _keras_object(keras.activations.get, "a Keras activation", name, value)
+
+
+def _keras_object(get, what, name, value):
+    try:
+        return get(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be {what} or its name. Received: {name}={value!r}") from None
+
+
 def real_inputs(inputs, compute_dtype):
     """`inputs` cast to `compute_dtype`; a complex input is refused (a cast would drop its imaginary part)."""
     dtype = keras.backend.standardize_dtype(inputs.dtype)

@@ -146,6 +146,12 @@ class ImageClassifier(keras.Model):
         self._check_images(inputs)  # `fit` on JAX calls `call` directly (stateless_call)
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
+    def predict(self, x, *args, **kwargs):
+        if hasattr(x, "shape") and len(x.shape) and x.shape[0] == 0:  # Keras fails on it with an UnboundLocalError
+            raise ValueError(f"{type(self).__name__} {self.name!r} got no images to predict. "
+                             f"Received: x of shape {tuple(x.shape)}")
+        return super().predict(x, *args, **kwargs)
+
     @property
     def class_names(self):
         """The name of each class, in the order of the logits."""

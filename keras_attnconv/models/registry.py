@@ -7,7 +7,7 @@ import keras
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.resnet import ResNetConfig
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils import did_you_mean
+from keras_attnconv.utils import check_seed, did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +147,7 @@ def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, *
     """
     config = get_model_config(name, num_classes=num_classes, image_size=image_size, **overrides)
     dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
+    check_seed("seed", seed)
     if seed is not None:
         keras.utils.set_random_seed(seed)
     return config.build(name=name, dtype=dtype)

@@ -92,3 +92,15 @@ def test_an_alpha_initializer_that_would_give_nan_or_no_attention_is_refused(val
     with pytest.raises(ValueError, match=f"alpha_initializer={value!r}"):
         layers.QuadraticScore(2, alpha_initializer=value)
     layers.QuadraticScore(2, alpha_initializer="ones")  # a Keras initializer stays valid
+
+
+@pytest.mark.parametrize("make, argument", [
+    (lambda: layers.TransformerEncoderBlock(2, 8, activation="bogus"), "activation"),
+    (lambda: layers.TransformerEncoderBlock(2, 8, kernel_initializer="bogus"), "kernel_initializer"),
+    (lambda: layers.RelativeMultiHeadAttention(2, bias_initializer="bogus"), "bias_initializer"),
+    (lambda: layers.LearnedPositionEmbedding(initializer="bogus"), "initializer"),
+    (lambda: layers.LearnedRelativeScore(2, 4, embeddings_initializer="bogus"), "embeddings_initializer"),
+])
+def test_unknown_initializer_and_activation_names_are_named(make, argument):
+    with pytest.raises(ValueError, match=f"`{argument}` must be a Keras .* Received: {argument}='bogus'"):
+        make()

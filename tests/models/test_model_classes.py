@@ -126,3 +126,8 @@ def test_bad_preprocessing_and_options_are_named(overrides, message):
 def test_an_unknown_constructor_argument_is_named():
     with pytest.raises(ValueError, match="Unknown AttentionClassifier field 'num_layer'.*Did you mean 'num_layers'"):
         AttentionClassifier(num_layer=2)
+
+
+def test_predicting_no_images_is_named():
+    with pytest.raises(ValueError, match=r"got no images to predict. Received: x of shape \(0, 8, 8, 3\)"):
+        build_model("quadratic_tiny", **SMALL).predict(np.zeros((0, 8, 8, 3), np.uint8), verbose=0)
