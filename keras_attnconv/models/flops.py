@@ -11,7 +11,9 @@ biases, normalisation, activations and softmax are not counted. Two parts:
 
 Work that does not depend on the batch (position-only scores) is amortised
 over the batch and not counted. `tests/models/test_flops.py` checks the count
-against TensorFlow's own per-op FLOP statistics on the traced graph.
+against TensorFlow's own per-op FLOP statistics on the traced graph, on the
+global and separable paths; on the windowed path the count is the algorithm's
+(each query's window keys), not the tiles' key regions that run it.
 """
 
 import dataclasses

@@ -31,7 +31,7 @@ def graph_matmul_flops(model, batch):
     import tensorflow as tf
     from tensorflow.python.framework import ops as tf_ops
 
-    spec = tf.TensorSpec((batch, *model.input_shape[1:]), tf.uint8)
+    spec = tf.TensorSpec((batch, *model.input_shape[1:]), model.inputs[0].dtype)
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
     total = 0
     for op in graph.get_operations():
@@ -78,6 +78,23 @@ def test_attention_exposes_the_sizes_and_path_the_count_reads():
                                        use_content_content=True)
     sized.build((None, 4, 5, 6))
     assert (sized.key_dim, sized.output_dim, sized.attention_mode) == (3, 7, "content")
+
+
+def test_a_windowed_layer_narrower_than_its_input_contracts_the_input_channels():
+    # The windowed path sums the input channels over each window, then applies the merged value/output kernel;
+    # with output_dim < C the global path would contract the narrower outputs instead.
+    heads, height, width, channels, out = 3, 8, 8, 10, 4
+    shape = (None, height, width, channels)
+    windowed = RelativeMultiHeadAttention(heads, position_score="gaussian", output_dim=out, window=3, windowed=True)
+    plain = RelativeMultiHeadAttention(heads, position_score="gaussian", output_dim=out)
+    for layer in (windowed, plain):
+        layer.build(shape)
+    assert windowed.attention_mode == "windowed_position"
+    tokens = height * width
+    count, plain_count = layer_flops(windowed, shape), layer_flops(plain, shape)
+    assert count.linear == plain_count.linear == 2 * tokens * heads * channels * out
+    assert count.attention == 2 * heads * tokens * 9 * channels
+    assert plain_count.attention == 2 * heads * tokens * tokens * out
 
 
 def test_windowed_attention_counts_the_window_keys_of_each_query():
