@@ -104,3 +104,15 @@ def test_images_that_are_not_raw_pixels_are_refused(sample):
     # Normalised floats would be taken for pixels: the models normalise uint8 pixels themselves.
     with pytest.raises(ValueError, match="uint8 array.*Received: images float32"):
         batches(sample[0].astype("float32") / 255, sample[1])
+
+
+def test_asking_for_a_second_pass_after_a_first_gives_what_a_fresh_pipeline_gives(sample):
+    # The order of a pass is cached per pass: a cache left by the first pass must not leak into the second.
+    used, fresh = batches(*sample), batches(*sample)
+    for epoch, pipeline in ((0, used), (1, used), (1, fresh)):
+        pipeline.epoch = epoch
+        if pipeline is used and epoch == 0:
+            [pipeline[i] for i in range(len(pipeline))]
+    for index in range(len(used)):
+        for a, b in zip(used[index], fresh[index]):
+            np.testing.assert_array_equal(a, b)

@@ -325,3 +325,12 @@ def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
     (run / "backup" / "latest.json").write_text("{")
     with pytest.raises(ValueError, match="The backup in .* cannot be read"):
         train(small_config(small_npz, run, epochs=1))
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
+def test_the_run_stops_on_a_nan_or_infinite_loss(loss):
+    from keras_attnconv.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    with pytest.raises(NonFiniteLossError, match=f"loss became {loss} during epoch 3"):
+        StopOnNonFiniteLoss().on_epoch_end(2, {"loss": loss})
+    StopOnNonFiniteLoss().on_epoch_end(2, {"loss": 1e30})  # large, finite: training goes on
