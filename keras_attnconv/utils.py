@@ -149,7 +149,8 @@ def check_writable(path, argument, file=False):
     for directory in ([path.parent] if file else [path]):
         existing = next(p for p in (directory, *directory.parents) if p.exists())
         if not existing.is_dir():
-            raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, not a directory.")
+            raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, "
+                                     "not a directory.")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
 

@@ -75,7 +75,8 @@ def record(run):
         centres = {name: centres[name] for name in centres.files}
     preset_metrics = json.loads((run / "preset" / "metadata.json").read_text())["metrics"]
     return {"history.csv": (run / "history.csv").read_text(), "history": metrics["history"],
-            "steps": metrics["optimizer_steps"], "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
+            "steps": metrics["optimizer_steps"],
+            "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
             "best weights": best.get_weights(), "centres": centres, "preset metrics": preset_metrics}
 
 
@@ -132,7 +133,8 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(small_npz, uninterrupted, small_disk):
+def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(small_npz, uninterrupted,
+                                                                                    small_disk):
     run = small_disk / "run"
     values = config(small_npz, run)
     args = ["train", "--name", values["name"], "--model", values["model"], "--model-overrides",

@@ -169,9 +169,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         check_rate("dropout", dropout)
         if content_scale is not None:
             check_positive_number("content_scale", content_scale)
-        for name, value in (("use_content_content", use_content_content), ("use_content_position", use_content_position),
-                            ("use_key_bias", use_key_bias), ("use_position_bias", use_position_bias),
-                            ("position_key_projection", position_key_projection), ("use_bias", use_bias)):
+        flags = {"use_content_content": use_content_content, "use_content_position": use_content_position,
+                 "use_key_bias": use_key_bias, "use_position_bias": use_position_bias,
+                 "position_key_projection": position_key_projection, "use_bias": use_bias}
+        for name, value in flags.items():
             check_bool(name, value)
         terms = dict(zip(_TERMS, (use_content_content, use_content_position, use_key_bias, use_position_bias)))
         if not any(terms.values()):
