@@ -145,7 +145,7 @@ def _truncated(path):
     path.write_bytes(path.read_bytes()[:300])
 
 
-IMAGES = np.zeros((4, 8, 8, 3), np.uint8)
+FOUR_IMAGES = np.zeros((4, 8, 8, 3), np.uint8)
 BAD_FILES = {
     "1-D images": (lambda p: np.savez(p, x=np.zeros(12, np.uint8), y=np.arange(4) % 2), r"x uint8 \(12,\)"),
     "5-D images": (lambda p: np.savez(p, x=np.zeros((4, 1, 8, 8, 3), np.uint8), y=np.arange(4) % 2),
@@ -154,17 +154,17 @@ BAD_FILES = {
                        r"channels first\?.*x uint8 \(4, 3, 8, 8\)"),
     "not square": (lambda p: np.savez(p, x=np.zeros((4, 8, 6, 3), np.uint8), y=np.arange(4) % 2),
                    r"square.*x uint8 \(4, 8, 6, 3\)"),
-    "object arrays": (lambda p: np.savez(p, x=IMAGES, y=np.array([0, "a", 1, 2], dtype=object)),
+    "object arrays": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, "a", 1, 2], dtype=object)),
                       r"The array 'y' of .* cannot be read"),
     "a text file": (lambda p: p.write_text("x,y\n1,2\n"), "is not a readable .npz archive"),
     "a truncated file": (_truncated, "cannot be read|is not a readable .npz archive"),
     "a huge declared shape": (_huge_declared_shape, r"The array 'x' of .* cannot be read"),
-    "uint64 labels beyond int64": (lambda p: np.savez(p, x=IMAGES, y=np.array([0, 1, 2**63, 1], np.uint64)),
+    "uint64 labels beyond int64": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, 1, 2**63, 1], np.uint64)),
                                    r"below 2147483648.*max 9223372036854775808"),
-    "float labels of 1e20": (lambda p: np.savez(p, x=IMAGES, y=np.array([0.0, 1.0, 1e20, 1.0])),
+    "float labels of 1e20": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0.0, 1.0, 1e20, 1.0])),
                              r"below 2147483648.*max 1e\+20"),
     "a label equal to the number of classes": (
-        lambda p: np.savez(p, x=IMAGES, y=np.array([0, 1, 2, 3]), class_names=np.array(["a", "b", "c"])),
+        lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, 1, 2, 3]), class_names=np.array(["a", "b", "c"])),
         r"must lie in \[0, 3\).*max 3"),
 }
 
