@@ -60,6 +60,11 @@ MODELS_CONFIG = "models.config"
 SERVING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
+def export_root(export_dir, format="saved_model"):
+    """The export root: `export_dir`, or the format's default (`DEFAULT_EXPORT_DIRS`) when it is None."""
+    return Path(export_dir or DEFAULT_EXPORT_DIRS[format])
+
+
 def check_serving_name(name, argument="serving_name"):
     """Raises ValueError unless `name` is a plain directory name: never a path, never hidden."""
     if not isinstance(name, str) or not SERVING_NAME.fullmatch(name) or len(name) > 200:
@@ -264,7 +269,7 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     check_version(version)
     if format != "saved_model" and (serve or jit_compile):
         raise ValueError(f"`serve` and `jit_compile` apply to SavedModels. Received: format={format!r}")
-    export_dir = Path(export_dir or DEFAULT_EXPORT_DIRS[format])
+    export_dir = export_root(export_dir, format)
     model_dir = export_dir / name
     require_tensorflow_backend()
     _check_writable(export_dir, model_dir)
@@ -366,7 +371,7 @@ def paper_configurations():
 
 def export_source(source, export_dir=None, **kwargs):
     """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`."""
-    _check_writable(export_dir or DEFAULT_EXPORT_DIRS[kwargs.get("format", "saved_model")])  # before loading
+    _check_writable(export_root(export_dir, kwargs.get("format", "saved_model")))  # before loading
     preset = preset_of(source)
     metadata = {**load_preset_metadata(preset), "source": str(preset.resolve()), **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
@@ -377,7 +382,7 @@ def export_registered(name, export_dir=None, **kwargs):
     from keras_attnconv.models import build_model, get_model_config
 
     get_model_config(name)  # an unknown name fails here, before any work
-    _check_writable(export_dir or DEFAULT_EXPORT_DIRS[kwargs.get("format", "saved_model")])
+    _check_writable(export_root(export_dir, kwargs.get("format", "saved_model")))
     metadata = {"weights": "initial (untrained): built by build_model, not trained",
                 **(kwargs.pop("metadata", None) or {})}
     return export_model(build_model(name, dtype="float32"), export_dir, metadata=metadata, **kwargs)

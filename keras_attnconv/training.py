@@ -94,6 +94,11 @@ def resolve_run_dir(config):
     return next(d for d in numbered_run_dirs(config) if not (d / "metrics.json").exists())
 
 
+def finished_metrics(run_dir):
+    """The ``metrics.json`` of a finished run, with its ``run_dir`` (as `train` returns them)."""
+    return {**json.loads((Path(run_dir) / "metrics.json").read_text()), "run_dir": str(run_dir)}
+
+
 def finished_run(config):
     """The latest finished run directory of `config` with the same settings (`same_run`), or None."""
     candidates = [Path(config.run_dir)] if config.run_dir else numbered_run_dirs(config)

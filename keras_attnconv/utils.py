@@ -146,13 +146,16 @@ def check_writable(path, argument, file=False):
     path = Path(path)
     if file and path.is_dir():
         raise IsADirectoryError(f"Cannot write {argument}={str(path)!r}: it is a directory.")
-    for directory in ([path.parent] if file else [path]):
-        existing = next(p for p in (directory, *directory.parents) if p.exists())
-        if not existing.is_dir():
-            raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, "
-                                     "not a directory.")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
+    existing = _nearest_existing(path.parent if file else path)
+    if not existing.is_dir():
+        raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, not a directory.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
+
+
+def _nearest_existing(path):
+    """`path` or its nearest ancestor that exists (what a write below it would be decided by)."""
+    return next(p for p in (path, *path.parents) if p.exists())
 
 
 def check_free_space(directory, needed_bytes, what, margin=1.25):
@@ -162,8 +165,7 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
     crash the process after a failed write.
     """
     directory = Path(directory)
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
+    free = shutil.disk_usage(_nearest_existing(directory)).free
     if free < margin * needed_bytes + 2**20:
         raise OSError(errno.ENOSPC, f"No space left for {what} in {directory}: it needs about "
                                     f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "

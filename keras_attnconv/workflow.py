@@ -6,13 +6,12 @@ its SavedModel is published, so running the same command again after a crash
 during the export finishes the export instead of training a new run.
 """
 
-import json
 import sys
 from pathlib import Path
 
 import keras
 
-from keras_attnconv.training import finished_run, run_lock, train
+from keras_attnconv.training import finished_metrics, finished_run, run_lock, train
 from keras_attnconv.utils import check_writable, write_json
 
 EXPORT_RECORD = "export.json"
@@ -65,7 +64,7 @@ def train_and_export(config):
         run_dir = Path(metrics["run_dir"])
     else:
         print(f"{run_dir} finished training but was not exported; exporting it.", file=sys.stderr)
-        metrics = {**json.loads((run_dir / "metrics.json").read_text()), "run_dir": str(run_dir)}
+        metrics = finished_metrics(run_dir)
     if config.export_dir and metrics.get("chief", True):
         path = export_run(config, run_dir)
         if path is not None:

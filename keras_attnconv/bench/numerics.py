@@ -27,6 +27,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.bench.measure import device_description
+from keras_attnconv.callbacks import csv_history
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.utils import write_atomically, write_json
 
@@ -71,8 +72,8 @@ def _recipe_path(recipe):
 
 def _losses(run_dir):
     """Every loss column of the run's ``history.csv``."""
-    history = np.genfromtxt(os.path.join(run_dir, "history.csv"), delimiter=",", names=True)
-    return np.array([history[name] for name in history.dtype.names if "loss" in name], dtype="float64")
+    history = csv_history(os.path.join(run_dir, "history.csv"))
+    return np.array([values for name, values in history.items() if "loss" in name], dtype="float64")
 
 
 def _cropped_sample(run_dir, size):
