@@ -132,6 +132,12 @@ class LearnedRelativeScore(PositionScore):
         self._axis_tables(height, width)  # checks the grid against the tables
         return ops.take(embeddings, (shifts + size - 1).astype("int32"), axis=0)
 
+    def windowed_content_position_multiply_adds(self, neighbourhood, folded_channels=None):
+        # Every query slot meets each distinct row and column shift of the tiles, with its axis_dim
+        # encoding channels, or its input channels when folded (`windowed_axis_scores`).
+        width = folded_channels or self.axis_dim
+        return neighbourhood.query_index.size * width * sum(neighbourhood.axis_shift_counts)
+
     def windowed_content_position_scores(self, queries, neighbourhood):
         return self.windowed_axis_scores(
             lambda part, table: ops.einsum("bnihe,se->bnihs", queries[..., part], ops.cast(table, queries.dtype)),

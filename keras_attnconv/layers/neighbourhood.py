@@ -218,6 +218,11 @@ class Neighbourhood:
         """(query, key) scores the tiles compute: ``n * Bq * Rk`` (``T^2`` for global attention)."""
         return self.mask.size
 
+    @property
+    def axis_shift_counts(self):
+        """The number of distinct row shifts and of distinct column shifts among the tile pairs."""
+        return tuple(int(shift.max() - shift.min()) + 1 for shift in (self.row_shift, self.col_shift))
+
     def window_mask(self):
         """(T, T) bool, key in the window of query: the mask of the global path (which is O(T^2) anyway)."""
         tokens = self.height * self.width
@@ -250,6 +255,19 @@ def window_pair(name, value, dims=2):
         expected = "an odd positive integer" + (" or a pair of them" if dims == 2 else "")
         raise ValueError(f"`{name}` must be {expected}. Received: {name}={value!r}")
     return tuple(int(k) for k in items)
+
+
+def window_arguments(window, dilation=1):
+    """A layer's `window` and `dilation` arguments as ``(window pair or None, dilation pair)``.
+
+    The one check of their types and of their pairing (a dilation needs a window); whether the
+    window fits a map is checked by `Neighbourhood`, once the map is known. ValueError naming
+    the argument.
+    """
+    pair = dilation_pair(dilation)
+    if window is None and pair != (1, 1):
+        raise ValueError(f"`dilation` needs a `window`. Received: dilation={dilation!r}, window=None")
+    return (None if window is None else window_pair("window", window)), pair
 
 
 def dilation_pair(value):

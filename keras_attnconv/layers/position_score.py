@@ -140,6 +140,14 @@ class PositionScore(keras.layers.Layer):
         keys = tokens if window is None else window[0] * window[1]
         return tokens * keys * self.encoding_dim
 
+    def windowed_content_position_multiply_adds(self, neighbourhood, folded_channels=None):
+        """Multiply-adds per example and head of `windowed_content_position_scores` (one per tile pair and channel).
+
+        ``folded_channels``: the input channels when the queries are folded into a kernel (only
+        scores with per-axis tables fold them, see `LearnedRelativeScore.windowed_axis_scores`).
+        """
+        return neighbourhood.tile_pairs * self.encoding_dim
+
     def shift_scores(self, height, width):
         """``v_h^T r_delta`` of every shift ``delta`` on the grid: (heads, 2H-1, 2W-1), float32.
 

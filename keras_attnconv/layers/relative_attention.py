@@ -1,24 +1,22 @@
 """Multi-head self-attention over pixels with relative position scores, eq. (8)."""
 
-import functools
-
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers import windowed_attention
 from keras_attnconv.layers.attention_span import AttentionSpan
-from keras_attnconv.layers.neighbourhood import dilation_pair, get_neighbourhood, window_pair
+from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
+from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
-class RelativeMultiHeadAttention(keras.layers.Layer):
+class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
     """Self-attention over the pixels of a feature map, eq. (8) of the paper.
 
     For head h, query pixel q, key pixel k and shift ``delta = k - q``::
@@ -211,8 +209,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self._check_score_layer(self.position_score)
         self.separable = separable
         self.attention_span = self._make_attention_span(attention_span)
-        self.window = None if window is None else window_pair("window", window)
-        self.dilation = dilation_pair(dilation)
+        self.window, self.dilation = window_arguments(window, dilation)
         self._check_window_arguments(windowed)
         self.windowed = windowed
         check_bool("rematerialize", rematerialize)
@@ -255,8 +252,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def _check_window_arguments(self, windowed):
         if windowed not in ("auto", True, False):
             raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
-        if self.window is None and self.dilation != (1, 1):
-            raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation}, window=None")
         span_window = self.attention_span.window if self.attention_span is not None else None
         if span_window is not None and self.window is not None and span_window != (self.window, (1, 1), False):
             raise ValueError(
@@ -472,7 +467,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if neighbourhood is None:
             return outputs, _per_example(probabilities, inputs)
         if mode.startswith("windowed"):
-            window = windowed_attention.window_probabilities(probabilities, neighbourhood)
+            window = window_probabilities(probabilities, neighbourhood)
         else:
             window = _window_entries(probabilities, neighbourhood)
         return outputs, (_per_example(window, inputs), ops.convert_to_tensor(neighbourhood.key_indices))
@@ -480,27 +475,6 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def _softmax(self, scores):
         # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
         return ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
-
-    def _call_windowed(self, tokens, neighbourhood, training):
-        """(probabilities before dropout, outputs before the bias) on the tiled windowed path.
-
-        Two pieces around the dropout (whose random draw must not be repeated): with
-        `rematerialize`, each is recomputed in the backward pass from the tokens, regions and
-        per-head (batch, T, heads, C) tensors included; only the probabilities are kept. Without
-        it, XLA computes the key regions the two pieces gather once.
-        """
-        piece = keras.remat if self.rematerialize else (lambda function: function)
-        probabilities = piece(functools.partial(self._windowed_probabilities, neighbourhood))(tokens)
-        dropped = self.dropout_layer(probabilities, training=training)
-        return probabilities, piece(functools.partial(self._windowed_outputs, neighbourhood))(dropped, tokens)
-
-    def _windowed_probabilities(self, neighbourhood, tokens):
-        region = windowed_attention.gather_region(tokens, neighbourhood)
-        return self._softmax(windowed_attention.windowed_scores(self, tokens, region, neighbourhood))
-
-    def _windowed_outputs(self, neighbourhood, probabilities, tokens):
-        region = windowed_attention.gather_region(tokens, neighbourhood)
-        return windowed_attention.windowed_outputs(self, probabilities, region, neighbourhood)
 
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
         """Position-only separable heads: P_h = R_h (x) C_h, applied as a row pass then a column pass."""

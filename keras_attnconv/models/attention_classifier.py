@@ -12,7 +12,7 @@ from keras_attnconv.layers import (
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
-from keras_attnconv.layers.neighbourhood import check_window, dilation_pair, window_pair
+from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields
 from keras_attnconv.utils import check_positive_int, did_you_mean, plain_numbers
@@ -106,12 +106,6 @@ class AttentionClassifierConfig(ClassifierConfig):
         if self.position_embedding_dim is not None and self.position_embedding_dim % 2:
             raise ValueError("`position_embedding_dim` must be even: half of it embeds the row shift, half the column "
                              f"shift. Received: position_embedding_dim={self.position_embedding_dim}")
-        if self.window is not None:  # the layer's own rules, checked before anything is built
-            side = self.image_size // self.downsampling
-            for window, dilation in zip(window_pair("window", self.window), dilation_pair(self.dilation)):
-                check_window(window, dilation, side)
-        elif self.dilation != 1:
-            raise ValueError(f"`dilation` needs a `window`. Received: dilation={self.dilation!r}, window=None")
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
                     isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
@@ -126,6 +120,10 @@ class AttentionClassifierConfig(ClassifierConfig):
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
                 f"Received: image_size={self.image_size}"
             )
+        window, dilation = window_arguments(self.window, self.dilation)  # the layer's own rules, before building
+        if window is not None:
+            side = self.image_size // self.downsampling
+            get_neighbourhood(side, side, window, dilation)  # whether the window fits the map
         uses_positions = self.use_content_position or self.use_position_bias
         if not uses_positions and self.position_score is not None:
             raise ValueError("`position_score` must be None when no position term is used. "

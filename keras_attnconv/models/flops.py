@@ -10,10 +10,15 @@ biases, normalisation, activations and softmax are not counted. Two parts:
   ``q.k`` and ``q.r``, and the probability-weighted sum over keys).
 
 Work that does not depend on the batch (position-only scores) is amortised
-over the batch and not counted. `tests/models/test_flops.py` checks the count
-against TensorFlow's own per-op FLOP statistics on the traced graph, on the
-global and separable paths; on the windowed path the count is the algorithm's
-(each query's window keys), not the tiles' key regions that run it.
+over the batch and not counted.
+
+On the windowed (neighbourhood) path two counts differ: by default the
+algorithm's (each query meets the ``Kh * Kw`` keys of its window), and with
+``executed=True`` the products the tiled implementation runs (every query
+slot of a tile against every key of its region, masked keys included; see
+`WindowedAttention.windowed_multiply_adds`). On the other paths both are the
+same. `tests/models/test_flops.py` checks the executed count against
+TensorFlow's own per-op FLOP statistics of the traced graph on every path.
 """
 
 import dataclasses
@@ -37,14 +42,17 @@ class FlopCount:
         return FlopCount(self.linear + other.linear, self.attention + other.attention)
 
 
-def _attention_flops(layer, input_shape):
+def _attention_flops(layer, input_shape, executed=False):
     height, width, channels = input_shape[1:]
+    mode = layer.attention_mode_for(height, width)
+    if executed and mode.startswith("windowed"):
+        linear, attention = layer.windowed_multiply_adds(height, width)
+        return FlopCount(2 * linear, 2 * attention)
     tokens = height * width
     heads, key_dim, out_dim = layer.num_heads, layer.key_dim, layer.output_dim  # a built layer
     projection = 2 * tokens * channels * heads * key_dim
     linear = 2 * tokens * heads * channels * out_dim  # merged value/output kernel
     carried = min(out_dim, channels)  # the attention contraction carries the narrower width
-    mode = layer.attention_mode_for(height, width)
     # Windowed attention: each query meets the K = Kh * Kw keys of its window (the algorithm's count;
     # the tiles also score the masked keys of their regions, see `keras_attnconv.layers.neighbourhood`).
     window = layer.neighbourhood(height, width).window if mode.startswith("windowed") else None
@@ -75,20 +83,20 @@ def _dense_flops(input_shape, units):
     return FlopCount(linear=2 * math.prod(input_shape[1:-1]) * input_shape[-1] * units)
 
 
-def _block_flops(block, input_shape):
+def _block_flops(block, input_shape, executed):
     hidden = input_shape[-1]
-    return (_attention_flops(block.attention, input_shape)
+    return (_attention_flops(block.attention, input_shape, executed)
             + _dense_flops(input_shape, hidden)
             + _dense_flops(input_shape, block.intermediate_dim)
             + _dense_flops((*input_shape[:-1], block.intermediate_dim), hidden))
 
 
-def layer_flops(layer, input_shape):
-    """FLOPs per image of one layer given its (batch, ...) input shape."""
+def layer_flops(layer, input_shape, executed=False):
+    """FLOPs per image of one layer given its (batch, ...) input shape (`executed`: see the module docstring)."""
     if isinstance(layer, TransformerEncoderBlock):
-        return _block_flops(layer, input_shape)
+        return _block_flops(layer, input_shape, executed)
     if isinstance(layer, RelativeMultiHeadAttention):
-        return _attention_flops(layer, input_shape)
+        return _attention_flops(layer, input_shape, executed)
     if isinstance(layer, keras.layers.Dense):
         return _dense_flops(input_shape, layer.units)
     if isinstance(layer, keras.layers.Conv2D):
@@ -99,11 +107,11 @@ def layer_flops(layer, input_shape):
     return FlopCount()
 
 
-def count_flops(model):
-    """FLOPs per image of a functional model (see the module docstring)."""
+def count_flops(model, executed=False):
+    """FLOPs per image of a functional model: the algorithm's, or with `executed` what runs (module docstring)."""
     total = FlopCount()
     for layer in model.layers:
         if isinstance(layer, (TransformerEncoderBlock, RelativeMultiHeadAttention,
                               keras.layers.Dense, keras.layers.Conv2D)):
-            total = total + layer_flops(layer, tuple(layer.input.shape))
+            total = total + layer_flops(layer, tuple(layer.input.shape), executed)
     return total

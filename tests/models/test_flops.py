@@ -50,12 +50,52 @@ def graph_matmul_flops(model, batch):
     ("gaussian_pruned", {"num_layers": 2, "num_heads": (3, 1), "hidden_dim": 16, "image_size": 8}),
     ("learned_content", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 8}),
     ("resnet10", {"image_size": 16}),
+    ("gaussian", {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "image_size": 24, "window": 5,
+                  "attention_options": {"windowed": True}}),  # windowed, position-only
+    ("learned_content_local", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 24,
+                               "attention_options": {"windowed": True}}),  # windowed, content
 ])
 def test_analytical_count_matches_tensorflow_statistics(name, overrides):
     model = build_model(name, **overrides)
     # Per image = the cost of one more image: work shared by the batch cancels out.
     per_image = graph_matmul_flops(model, 2) - graph_matmul_flops(model, 1)
-    assert count_flops(model).total == per_image
+    assert count_flops(model, executed=True).total == per_image
+    windowed = any(layer.attention.attention_mode.startswith("windowed") for layer in model.layers
+                   if isinstance(layer, TransformerEncoderBlock))
+    # The algorithm's count differs only on the windowed path, where the tiles also score masked keys.
+    assert (count_flops(model).total < per_image) if windowed else (count_flops(model).total == per_image)
+
+
+WINDOWED_OPTIONS = {
+    "position only, narrower output": {"position_score": "gaussian", "output_dim": 4},
+    "content-content, folded": {"position_score": "gaussian", "use_content_content": True},
+    "content-content and the gaussian's content-position": {"position_score": "gaussian", "use_content_content": True,
+                                                            "use_content_position": True},
+    "learned content-position, folded": {"position_score": "learned", "use_content_position": True,
+                                         "use_position_bias": False, "key_dim": 16},
+    "learned content-content and content-position": {"position_score": "learned", "use_content_content": True,
+                                                     "use_content_position": True, "use_position_bias": False},
+    "keys narrower than the input": {"position_score": "learned", "use_content_content": True,
+                                     "use_content_position": True, "key_dim": 8},
+    "key bias only": {"position_score": None, "use_key_bias": True, "use_position_bias": False},
+    "key bias and content-content, narrow keys": {"position_score": None, "use_key_bias": True,
+                                                  "use_content_content": True, "use_position_bias": False,
+                                                  "key_dim": 8},
+    "position key projection": {"position_score": "learned", "use_content_position": True,
+                                "position_key_projection": True, "key_dim": 8},
+}
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("options", WINDOWED_OPTIONS.values(), ids=WINDOWED_OPTIONS.keys())
+def test_executed_count_of_the_windowed_path_matches_tensorflow_statistics(options):
+    """Every branch of the tiled path (folded or projected queries, keys from the inputs or projected)."""
+    height, width, channels = 10, 11, 12  # T = 110 > C: folding is decided alike for batches of 2 and 3
+    layer = RelativeMultiHeadAttention(3, window=(3, 5), windowed=True, **options)
+    inputs = keras.Input((height, width, channels))
+    model = keras.Model(inputs, layer(inputs))
+    per_image = graph_matmul_flops(model, 3) - graph_matmul_flops(model, 2)
+    assert layer_flops(layer, (None, height, width, channels), executed=True).total == per_image
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
