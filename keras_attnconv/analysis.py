@@ -1,6 +1,6 @@
-"""What a trained attention model has learned, as NumPy arrays: head centres, their history, probabilities.
+"""What a trained attention model has learned, as NumPy arrays: head centers, their history, probabilities.
 
-The figures (`keras_attnconv.viz`) draw these; training records the centre
+The figures (`keras_attnconv.viz`) draw these; training records the center
 history with `AttentionCentersHistory`. Nothing here draws or needs matplotlib.
 """
 
@@ -15,20 +15,20 @@ from keras_attnconv.layers.encoder import encoder_blocks
 from keras_attnconv.utils import write_atomically
 
 
-def _centred_blocks(model):
-    """The encoder blocks of `model`, which must all have heads with a centre (quadratic or Gaussian)."""
+def _centered_blocks(model):
+    """The encoder blocks of `model`, which must all have heads with a center (quadratic or Gaussian)."""
     blocks = encoder_blocks(model)
     for block in blocks:
         if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
             raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
-                             "attention centres exist for quadratic and gaussian encodings only.")
+                             "attention centers exist for quadratic and gaussian encodings only.")
     return blocks
 
 
 def layer_centers(model):
-    """``{block name: (centres (heads, 2), covariances (heads, 2, 2))}`` as NumPy arrays."""
+    """``{block name: (centers (heads, 2), covariances (heads, 2, 2))}`` as NumPy arrays."""
     return {block.name: (ops.convert_to_numpy(block.attention.position_score.centers),
-                         block.attention.position_score.covariances) for block in _centred_blocks(model)}
+                         block.attention.position_score.covariances) for block in _centered_blocks(model)}
 
 
 def attention_probabilities(model, image):
@@ -46,7 +46,7 @@ def attention_probabilities(model, image):
 
 
 class AttentionCentersHistory(keras.callbacks.Callback):
-    """Records every head's centre at the end of each epoch (the paper's Figure 3).
+    """Records every head's center at the end of each epoch (the paper's Figure 3).
 
     ``history[block_name]`` is a list with one (heads, 2) array per epoch;
     the first entry is the initial state, recorded when training begins.

@@ -239,7 +239,7 @@ def build_parser():
     benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats"), default="cpu",
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
-                                   "the accelerator; numerics: training, far centres and large grids in the three "
+                                   "the accelerator; numerics: training, far centers and large grids in the three "
                                    "precisions; formats: inference in each export format's runtime beside Keras")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,

@@ -1,7 +1,7 @@
 """Theorem 1 as code: turn a convolution into self-attention that computes the same function.
 
 A K x K convolution is a sum over the K^2 kernel taps of ``W_tap x[q + shift_tap]``.
-With one position-only quadratic head per tap, centred on that tap's shift with
+With one position-only quadratic head per tap, centered on that tap's shift with
 a large ``alpha``, each head attends to exactly one pixel (Lemma 2), and the
 merged value/output kernel of head ``tap`` is ``W_tap`` (Lemma 1). Zero padding,
 strides and the output window are handled around the attention: the input is
@@ -18,7 +18,7 @@ from keras import ops
 from keras_attnconv.layers import ConvolutionAsAttention, QuadraticScore, RelativeMultiHeadAttention
 from keras_attnconv.utils import check_choice, check_positive_int, check_seed
 
-#: Softmax weight of a pixel one step from a head's centre is exp(-alpha):
+#: Softmax weight of a pixel one step from a head's center is exp(-alpha):
 #: exp(-100) ~ 4e-44 is below float32 resolution next to 1 (Lemma 2 needs >= 46).
 CONVERSION_ALPHA = 100.0
 
@@ -33,7 +33,7 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
 
     Returns:
         A `ConvolutionAsAttention` layer: ``conv.kernel_size`` product heads,
-        centres on the (dilated) kernel grid, value/output kernel and bias
+        centers on the (dilated) kernel grid, value/output kernel and bias
         from the convolution. Its ``.attention`` is the position-only quadratic
         `RelativeMultiHeadAttention`.
 

@@ -256,8 +256,8 @@ def _work_around_keras_multi_worker(model, strategy, batch):
     strategy.reduce = reduce_scalars_without_axis
 
 
-def _centre_tracking(model, run_dir, initial_epoch):
-    """Records the heads' centres each epoch (``centers_history.npz``) for Gaussian-type models."""
+def _center_tracking(model, run_dir, initial_epoch):
+    """Records the heads' centers each epoch (``centers_history.npz``) for Gaussian-type models."""
     try:
         layer_centers(model)
     except ValueError:  # no quadratic/gaussian attention in this model
@@ -393,7 +393,7 @@ def _fit(config, plan, run_dir, resume_from=None):
             BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
             *_logging_callbacks(run_dir),
             throughput,
-            *_centre_tracking(model, run_dir, initial_epoch),
+            *_center_tracking(model, run_dir, initial_epoch),
             backup,  # last: an epoch is published as done once every record of it is written
         ],
     )

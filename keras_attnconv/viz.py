@@ -32,7 +32,7 @@ def _grid(count, columns, size=2.6):
 
 
 def plot_attention_centers(model, extent=None, columns=3):
-    """Each head's centre relative to the query pixel, with 50% (solid) and 90% (dotted) contours.
+    """Each head's center relative to the query pixel, with 50% (solid) and 90% (dotted) contours.
 
     One panel per encoder block; circles for quadratic heads, ellipses for
     Gaussian heads (Figures 4, 12 and 14). The query pixel is the black square.
@@ -97,7 +97,7 @@ def plot_attention_maps(model, image, query):
 
 
 def plot_centers_history(history, columns=3):
-    """Trajectories of the centres during training, one panel per block (Figure 3).
+    """Trajectories of the centers during training, one panel per block (Figure 3).
 
     Args:
         history: ``analysis.AttentionCentersHistory.history`` (or the same dict loaded back).
@@ -138,7 +138,7 @@ def run_figures(source):
     try:
         layer_centers(model)
         figures["attention_centers"] = plot_attention_centers(model)
-    except ValueError:  # no centres: learned or content encodings
+    except ValueError:  # no centers: learned or content encodings
         pass
     dataset = load_preset_metadata(preset).get("dataset", "cifar10_sample")
     if isinstance(model, AttentionClassifier) and dataset not in TFDS_DATASETS:

@@ -1,4 +1,4 @@
-"""What a model has learned, as arrays: centres per block, their history across epochs and resumes."""
+"""What a model has learned, as arrays: centers per block, their history across epochs and resumes."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from keras_attnconv import analysis, build_model
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 12}
 
 
-def test_layer_centers_are_each_blocks_centres_and_covariances():
+def test_layer_centers_are_each_blocks_centers_and_covariances():
     model = build_model("gaussian_tiny", seed=0, **SMALL)
     centers = analysis.layer_centers(model)
     assert list(centers) == ["encoder_0", "encoder_1"]
@@ -18,12 +18,12 @@ def test_layer_centers_are_each_blocks_centres_and_covariances():
     np.testing.assert_array_equal(centers["encoder_1"][1], score.covariances)
 
 
-def test_models_without_centres_are_named():
+def test_models_without_centers_are_named():
     with pytest.raises(ValueError, match="encoder_0 has LearnedRelativeScore scores"):
         analysis.layer_centers(build_model("learned_tiny", **SMALL))
 
 
-def test_centres_history_records_each_epoch_and_survives_a_restart(tmp_path):
+def test_centers_history_records_each_epoch_and_survives_a_restart(tmp_path):
     model = build_model("quadratic_tiny", seed=0, **SMALL)
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
     x, y = np.random.default_rng(0).integers(0, 256, (4, 12, 12, 3), dtype=np.uint8), np.arange(4)

@@ -30,7 +30,7 @@ def test_prunes_exactly_the_degenerate_heads():
     assert [entry.pruned for entry in report] == [(1, 4), ()]
     assert "eigenvalue" in report[0].reasons[1] and "condition" in report[0].reasons[4]
     assert [b.attention.num_heads for b in pruned.layers if hasattr(b, "attention")] == [7, 9]
-    per_head = 8 * 8 + 2 + 4  # output kernel block, centre, Sigma^{-1/2}
+    per_head = 8 * 8 + 2 + 4  # output kernel block, center, Sigma^{-1/2}
     assert model.count_params() - pruned.count_params() == 2 * per_head
 
 

@@ -24,3 +24,17 @@ def test_every_layer_in_the_readmes_table_is_importable_from_the_package_root():
     assert "AttentionSpan" in names and "PixelNormalization" in names
     for name in names:
         assert getattr(keras_attnconv, name).__name__ == name
+
+
+# One spelling per concept in names and docs: the public names say `center` and `neighbourhood`
+# (`plot_attention_centers`, `Neighbourhood`), so the prose does too. A cited title keeps its own.
+OTHER_SPELLINGS = re.compile(r"centre|centred|centring|neighborhood(?! Attention Transformer)", re.IGNORECASE)
+
+
+def test_the_package_and_readme_spell_each_concept_one_way():
+    root = README.parent
+    files = [README, *sorted((root / "keras_attnconv").rglob("*.py")), *sorted((root / "tests").rglob("*.py"))]
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in files
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if OTHER_SPELLINGS.search(line) and path != Path(__file__)]
+    assert not found, "\n".join(found)

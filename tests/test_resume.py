@@ -1,5 +1,5 @@
 """A run SIGKILLed at any moment of an epoch's end, then run again, leaves the run an uninterrupted one leaves:
-the same history.csv, metrics.json history, best checkpoint and centres history."""
+the same history.csv, metrics.json history, best checkpoint and centers history."""
 
 import json
 import os
@@ -17,7 +17,7 @@ from keras_attnconv.training import TrainConfig, train
 KILLS = {
     "after the best checkpoint": "kill_after(callbacks.BestCheckpoint, 'on_epoch_end')",
     "after the history.csv row": "kill_after(keras.callbacks.CSVLogger, 'on_epoch_end')",
-    "after the centres": "kill_after(analysis.AttentionCentersHistory, 'on_epoch_end')",
+    "after the centers": "kill_after(analysis.AttentionCentersHistory, 'on_epoch_end')",
     "inside the backup, its state written but not published": "kill_before_publishing()",
     "after the backup": "kill_after(callbacks.ResumableBackup, 'on_epoch_end')",
 }
@@ -54,7 +54,7 @@ train(TrainConfig(**{config!r}))
 
 
 def config(small_npz, run_dir):
-    # A quadratic model records centres; dropout makes the resumed random streams matter.
+    # A quadratic model records centers; dropout makes the resumed random streams matter.
     return {"name": "small", "model": "quadratic_tiny", "model_overrides": {"num_layers": 1, "hidden_dim": 16,
             "intermediate_dim": 16, "dropout": 0.3}, "dataset": small_npz, "epochs": 3, "steps_per_epoch": 3,
             "batch_size": 20, "run_dir": str(run_dir), "verbose": 0, "jit_compile": False, "export_dir": None}
@@ -71,13 +71,13 @@ def record(run):
     """What a finished run leaves that must not depend on a kill."""
     metrics = json.loads((run / "metrics.json").read_text())
     best = keras.saving.load_model(run / "checkpoints" / "best.keras", compile=False)
-    with np.load(run / "centers_history.npz") as centres:
-        centres = {name: centres[name] for name in centres.files}
+    with np.load(run / "centers_history.npz") as centers:
+        centers = {name: centers[name] for name in centers.files}
     preset_metrics = json.loads((run / "preset" / "metadata.json").read_text())["metrics"]
     return {"history.csv": (run / "history.csv").read_text(), "history": metrics["history"],
             "steps": metrics["optimizer_steps"],
             "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
-            "best weights": best.get_weights(), "centres": centres, "preset metrics": preset_metrics}
+            "best weights": best.get_weights(), "centers": centers, "preset metrics": preset_metrics}
 
 
 @pytest.mark.parametrize("kill", KILLS)
@@ -95,9 +95,9 @@ def test_a_kill_at_the_end_of_an_epoch_loses_nothing(kill, small_npz, uninterrup
         assert found[key] == expected[key], key
     for a, b in zip(found["best weights"], expected["best weights"], strict=True):
         np.testing.assert_array_equal(a, b)
-    assert found["centres"].keys() == expected["centres"].keys()
-    for name in expected["centres"]:
-        np.testing.assert_array_equal(found["centres"][name], expected["centres"][name])
+    assert found["centers"].keys() == expected["centers"].keys()
+    for name in expected["centers"]:
+        np.testing.assert_array_equal(found["centers"][name], expected["centers"][name])
 
 
 FILL_THE_DISK = """

@@ -1,4 +1,4 @@
-"""The attention figures: panels per layer/head, centres drawn where the layers put them, files written."""
+"""The attention figures: panels per layer/head, centers drawn where the layers put them, files written."""
 
 import matplotlib
 import numpy as np
@@ -13,7 +13,7 @@ SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 
 
 
 @pytest.mark.parametrize("name", ["quadratic_tiny", "gaussian_tiny"])
-def test_centres_figure_draws_each_layers_centres(name):
+def test_centers_figure_draws_each_layers_centers(name):
     model = build_model(name, seed=0, **SMALL)
     figure = viz.plot_attention_centers(model)
     axes = [a for a in figure.axes if a.get_visible()]
@@ -38,20 +38,20 @@ def test_attention_maps_have_one_panel_per_head_and_layer():
         viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(3, 2))
 
 
-def test_models_without_centres_are_rejected():
+def test_models_without_centers_are_rejected():
     with pytest.raises(ValueError, match="quadratic and gaussian encodings only"):
         viz.plot_attention_centers(build_model("learned_tiny", **SMALL))
 
 
 def _run_directory(path, model, dataset, history=None):
-    """A training run directory as `train` leaves it: its best model as a preset, the centre history."""
+    """A training run directory as `train` leaves it: its best model as a preset, the center history."""
     save_to_preset(model, path / "preset", metadata={"dataset": dataset})
     if history is not None:
         np.savez(path / "centers_history.npz", **history)
     return path
 
 
-def test_run_figures_draw_the_checkpoints_centres_and_the_recorded_history(tmp_path):
+def test_run_figures_draw_the_checkpoints_centers_and_the_recorded_history(tmp_path):
     model = build_model("quadratic_tiny", seed=0, **SMALL)
     history = {"encoder_0": np.zeros((3, 9, 2)), "encoder_1": np.ones((3, 9, 2))}
     run = _run_directory(tmp_path / "run", model, "cifar10", history)
@@ -70,7 +70,7 @@ def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_pat
 
     model = build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32})
     figures = viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
-    assert sorted(figures) == ["attention_maps"]  # learned heads have no centres, no history was recorded
+    assert sorted(figures) == ["attention_maps"]  # learned heads have no centers, no history was recorded
     image = load_arrays("cifar10_sample", dataset_info("cifar10_sample").eval_split)[0][0]
     expected = attention_probabilities(model, image)[0][0, 8 * 16 + 8].reshape(16, 16)  # query (8, 8) of 16x16
     np.testing.assert_allclose(figures["attention_maps"].axes[0].images[0].get_array(), expected, atol=1e-6)

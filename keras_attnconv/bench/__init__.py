@@ -7,7 +7,7 @@
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
 - `run_numerics` (`attnconv bench --suite numerics`, `numerics`): training,
-  far centres and large grids in float32, mixed_bfloat16 and mixed_float16.
+  far centers and large grids in float32, mixed_bfloat16 and mixed_float16.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.

@@ -6,7 +6,7 @@ Three checks, each in float32, mixed_bfloat16 and mixed_float16:
   real CIFAR-10 sample) trained for the same epochs in each precision; the
   loss history must be finite and each mixed precision's accuracy within 2
   points of float32's;
-- far centres: quadratic heads centred far outside the grid with
+- far centers: quadratic heads centered far outside the grid with
   ``alpha = 1e4``: a training step of a one-layer model gives a finite loss
   and finite weights, on the separable and on the dense path;
 - large grids: the attention layer at 32x32 and 64x64 tokens at batch 8, the
@@ -77,7 +77,7 @@ def _losses(run_dir):
 
 
 def _cropped_sample(run_dir, size):
-    """The embedded sample's centre crops of ``size x size`` as a `.npz` dataset (tiny shapes for `--quick`)."""
+    """The embedded sample's center crops of ``size x size`` as a `.npz` dataset (tiny shapes for `--quick`)."""
     from keras_attnconv.data import load_arrays
 
     x, y = load_arrays("cifar10_sample", "train")
@@ -89,8 +89,8 @@ def _cropped_sample(run_dir, size):
     return path
 
 
-def far_centres(alpha, **_):
-    """A training step of one quadratic layer with far centres and huge alpha, per precision and path."""
+def far_centers(alpha, **_):
+    """A training step of one quadratic layer with far centers and huge alpha, per precision and path."""
     rows = []
     for precision in PRECISIONS:
         for separable in (True, False):
@@ -143,9 +143,9 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
     settings = {**(NUMERICS_QUICK if quick else NUMERICS_FULL), **overrides}
     results = {"command": command, "device": device_description(),
                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
-               "large_grids": large_grids(**settings), "far_centres": far_centres(**settings),
+               "large_grids": large_grids(**settings), "far_centers": far_centers(**settings),
                "training": training_agreement(**settings, run_dir=run_dir)}
-    results["ok"] = all(row["ok"] for part in ("large_grids", "far_centres", "training") for row in results[part])
+    results["ok"] = all(row["ok"] for part in ("large_grids", "far_centers", "training") for row in results[part])
     write_json(output, results)
     write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(numerics_markdown(results)))
     return results
@@ -161,9 +161,9 @@ def numerics_markdown(results):
               "|---|---|---|---|---|"]
     lines += [f"| {r['precision']} | {100 * r['eval_accuracy']:.1f}% | {r['points_from_float32']:+.1f} "
               f"| {r['finite']} | {r['ok']} |" for r in results["training"]]
-    lines += ["", f"Far centres (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:", "",
+    lines += ["", f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:", "",
               "| precision | path | loss | finite |", "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['path']} | {r['loss']:.4g} | {r['ok']} |" for r in results["far_centres"]]
+    lines += [f"| {r['precision']} | {r['path']} | {r['loss']:.4g} | {r['ok']} |" for r in results["far_centers"]]
     lines += ["", f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}), separable vs "
               "general path:", "", "| tokens | batch | precision | max relative difference | tolerance | ok |",
               "|---|---|---|---|---|---|"]

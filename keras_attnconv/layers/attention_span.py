@@ -6,7 +6,7 @@ attention by a Gaussian of the shift ``delta = k - q``,
 
     g_h(delta) = exp(-1/2 sum_d ((delta_d - mu_hd) / sigma_hd)^2)
 
-with a learnable centre ``mu_h`` and diagonal covariance ``diag(sigma_h^2)``,
+with a learnable center ``mu_h`` and diagonal covariance ``diag(sigma_h^2)``,
 and keys where ``g_h < threshold`` are dropped: the learned span.
 
 The modulation multiplies the *unnormalised* attention ``exp(score)`` by ``g``,
@@ -15,7 +15,7 @@ multiplies the probabilities by ``g`` and renormalises. (Multiplying the
 logits themselves by ``g`` would pull far keys' logits towards 0, which gives
 them the average weight instead of removing them.) Working with ``log g``
 keeps a collapsing span finite: ``sigma >= min_sigma`` bounds ``log g`` and
-its gradients, and the key closest to a head's centre is never masked, so no
+its gradients, and the key closest to a head's center is never masked, so no
 query is left without keys (no NaN from a softmax over nothing).
 
 A static ``max_window`` bounds the span's reach: keys outside the window (a
@@ -31,7 +31,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_pair
-from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_scores
+from keras_attnconv.layers.shift_geometry import axis_shifts, centered_shifts, combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils import check_positive_int, check_positive_number, check_real
 
@@ -50,7 +50,7 @@ class AttentionSpan(keras.layers.Layer):
         num_heads: int, number of attention heads.
         span_dims: 1 or 2, see above.
         initial_sigma: float > min_sigma, initial standard deviation (in
-            pixels/tokens) of every head and axis; the initial centre is 0
+            pixels/tokens) of every head and axis; the initial center is 0
             (the query itself).
         threshold: float in (0, 1) or None. Keys with ``g_h < threshold`` get
             exactly zero probability; None keeps the soft modulation only.
@@ -134,7 +134,7 @@ class AttentionSpan(keras.layers.Layer):
         """``log g`` of a 2-D span as row and column terms: (heads, H, H), (heads, W, W)."""
         if self.span_dims != 2:
             raise ValueError(f"A 1-D span has no per-axis terms. Received: span_dims={self.span_dims}")
-        rows, columns = centred_shifts(self.span_center, height, width)
+        rows, columns = centered_shifts(self.span_center, height, width)
         sigma = self.sigma
         return (-0.5 * ops.square(rows / sigma[:, 0, None, None]),
                 -0.5 * ops.square(columns / sigma[:, 1, None, None]))

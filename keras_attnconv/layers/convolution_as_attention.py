@@ -82,7 +82,7 @@ class ConvolutionAsAttention(keras.layers.Layer):
         x = ops.pad(x, [(0, 0), *((g[0], g[1]) for g in geometry), (0, 0)])
         y = self.attention(x)
         (_, _, out_h, stride_h), (_, _, out_w, stride_w) = geometry
-        # The head centres are the taps' offsets from the anchor = the output's top-left tap.
+        # The head centers are the taps' offsets from the anchor = the output's top-left tap.
         y = y[:, : (out_h - 1) * stride_h + 1 : stride_h, : (out_w - 1) * stride_w + 1 : stride_w]
         # The wrapped attention keeps its own dtype policy; the output follows this layer's, as Keras' do.
         y = ops.cast(y, self.compute_dtype)

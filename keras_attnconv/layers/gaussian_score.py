@@ -5,12 +5,12 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import centred_shifts, combine_axis_scores, pixel_shifts, shift_grid
+from keras_attnconv.layers.shift_geometry import centered_shifts, combine_axis_scores, pixel_shifts, shift_grid
 from keras_attnconv.utils import check_real
 
 
 class _GaussianScoreBase(PositionScore):
-    """What `GaussianScore` and `DiagonalGaussianScore` share: centres, ``r_delta``, covariances.
+    """What `GaussianScore` and `DiagonalGaussianScore` share: centers, ``r_delta``, covariances.
 
     Subclasses create ``S_h = Sigma_h^{-1/2}`` (`_add_inverse_sqrt`) and compute
     ``Sigma_h^{-1} = S_h S_h^T`` from it (`inverse_covariance`).
@@ -76,7 +76,7 @@ class GaussianScore(_GaussianScoreBase):
 
     Args:
         num_heads: int, number of attention heads.
-        center_stddev: float, std of the initial centres (paper: sqrt(2)).
+        center_stddev: float, std of the initial centers (paper: sqrt(2)).
         sigma_init_stddev: float, std of the noise added to the identity
             ``Sigma^{-1/2}`` at initialisation (paper: 0.01).
         head_vectors: see `PositionScore`.
@@ -113,7 +113,7 @@ class GaussianScore(_GaussianScoreBase):
 
     def position_scores(self, height, width):
         inverse = self.inverse_covariance()
-        row, col = centred_shifts(self.centers, height, width)  # (h, H, H), (h, W, W)
+        row, col = centered_shifts(self.centers, height, width)  # (h, H, H), (h, W, W)
         a = inverse[:, 0, 0, None, None]
         b = inverse[:, 0, 1, None, None]
         c = inverse[:, 1, 1, None, None]
@@ -145,7 +145,7 @@ class DiagonalGaussianScore(_GaussianScoreBase):
 
     Args:
         num_heads: int, number of attention heads.
-        center_stddev: float, std of the initial centres (paper: sqrt(2)).
+        center_stddev: float, std of the initial centers (paper: sqrt(2)).
         sigma_init_stddev: float, std of the noise added to ``s_h = 1`` at
             initialisation (paper: 0.01).
         head_vectors: see `PositionScore`.
@@ -172,6 +172,6 @@ class DiagonalGaussianScore(_GaussianScoreBase):
 
     def axis_scores(self, height, width):
         inverse_variances = self._inverse_variances()
-        row, col = centred_shifts(self.centers, height, width)
+        row, col = centered_shifts(self.centers, height, width)
         return (-0.5 * inverse_variances[:, 0, None, None] * ops.square(row),
                 -0.5 * inverse_variances[:, 1, None, None] * ops.square(col))

@@ -4,7 +4,7 @@ The rule is NATTEN's (Hassani et al., "Neighborhood Attention Transformer"):
 along an axis of length ``L`` with window ``K`` (odd) and dilation ``d``,
 
 - the axis is split into ``d`` interleaved groups by ``index mod d``;
-- within its group a query's window is the ``K`` group members centred on it,
+- within its group a query's window is the ``K`` group members centered on it,
   shifted (not cropped) to stay inside the group, so every query has exactly
   ``K`` keys and is itself one of them;
 - relative positions stay the true shifts ``key - query``.
@@ -244,7 +244,7 @@ def get_neighbourhood(height, width, window, dilation=(1, 1), flat=False):
 
 
 def window_pair(name, value, dims=2):
-    """A window (odd: a query sits at its centre) as a tuple of `dims` ints; ValueError naming `name`.
+    """A window (odd: a query sits at its center) as a tuple of `dims` ints; ValueError naming `name`.
 
     `value` is an odd positive int, or (``dims == 2``) a pair of them.
     """

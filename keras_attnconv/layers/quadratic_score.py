@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import axis_shifts, centred_shifts, combine_axis_features, shift_grid
+from keras_attnconv.layers.shift_geometry import axis_shifts, centered_shifts, combine_axis_features, shift_grid
 from keras_attnconv.layers.validation import get_initializer
 from keras_attnconv.utils import check_positive_number, check_real
 
@@ -19,14 +19,14 @@ class QuadraticScore(PositionScore):
     ``v_h = -alpha_h (1, -2 Delta_h1, -2 Delta_h2)`` and
     ``r_delta = (||delta||^2, delta_1, delta_2)``; ``v_h^T r_delta`` differs from
     ``-alpha_h ||delta - Delta_h||^2`` by a constant per query, which softmax
-    ignores. Scores are computed in the centred form, which stays accurate for
-    far centres and huge ``alpha`` (no cancellation of large terms). With
+    ignores. Scores are computed in the centered form, which stays accurate for
+    far centers and huge ``alpha`` (no cancellation of large terms). With
     ``alpha >= 46`` a head attends to the single pixel ``q + Delta_h`` in float32
     (Lemma 2).
 
     Args:
         num_heads: int, number of attention heads.
-        center_stddev: float, standard deviation of the initial centres
+        center_stddev: float, standard deviation of the initial centers
             ``Delta_h ~ N(0, center_stddev^2 I)``; the paper's N(0, 2I) is the
             default.
         alpha_initializer: initializer of ``alpha``. Default 0.5, the isotropic
@@ -80,7 +80,7 @@ class QuadraticScore(PositionScore):
     def axis_scores(self, height, width):
         self._require_head_vectors()
         alpha = ops.convert_to_tensor(self.alpha)[:, None, None]
-        row, col = centred_shifts(self.centers, height, width)
+        row, col = centered_shifts(self.centers, height, width)
         return -alpha * ops.square(row), -alpha * ops.square(col)
 
     def relative_encoding(self, height, width):

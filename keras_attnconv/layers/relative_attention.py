@@ -473,7 +473,7 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
         return outputs, (_per_example(window, inputs), ops.convert_to_tensor(neighbourhood.key_indices))
 
     def _softmax(self, scores):
-        # Position-only scores keep far-away centres' gradients exact through `_position_softmax`.
+        # Position-only scores keep far-away centers' gradients exact through `_position_softmax`.
         return ops.softmax(scores, axis=-1) if self.uses_content else _position_softmax(scores)
 
     def _call_separable(self, inputs, height, width, training, return_attention_scores):
@@ -599,7 +599,7 @@ def _position_softmax(scores):
     """Softmax of position scores, float32, with the row maximum subtracted inside the graph.
 
     Softmax does not change, but the gradient does numerically: for a head
-    centred far away, scores are ~-alpha*|Delta|^2 with slopes of ~alpha*|Delta|
+    centered far away, scores are ~-alpha*|Delta|^2 with slopes of ~alpha*|Delta|
     per parameter, and float32's 1 - 6e-8 for a saturated probability would be
     multiplied by them. After the subtraction the dominant score is exactly 0
     with an exactly zero derivative.

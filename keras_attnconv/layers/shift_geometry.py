@@ -28,8 +28,8 @@ def shift_grid(height, width):
     return np.meshgrid(rows, cols, indexing="ij")
 
 
-def centred_shifts(centers, height, width):
-    """Row and column shifts minus each head's centre: (heads, H, H) and (heads, W, W)."""
+def centered_shifts(centers, height, width):
+    """Row and column shifts minus each head's center: (heads, H, H) and (heads, W, W)."""
     centers = ops.convert_to_tensor(centers)
     return (axis_shifts(height)[None] - centers[:, 0, None, None],
             axis_shifts(width)[None] - centers[:, 1, None, None])

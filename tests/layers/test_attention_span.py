@@ -102,7 +102,7 @@ def test_modulation_multiplies_probabilities_by_g_and_masks_under_the_threshold(
         assert (~keep).any(), "the test needs keys outside the span"
 
 
-def test_a_narrow_span_puts_almost_all_probability_at_its_centre():
+def test_a_narrow_span_puts_almost_all_probability_at_its_center():
     x = inputs(seed=5)
     layer = attention(span={"threshold": None})
     centers = np.array([[0, 0], [1, -1], [-2, 2]])
@@ -119,7 +119,7 @@ def test_a_narrow_span_puts_almost_all_probability_at_its_centre():
 @pytest.mark.parametrize("span_dims", [1, 2])
 @pytest.mark.parametrize("center", [0.5, 1e3])
 def test_a_collapsed_span_stays_finite_in_values_and_gradients(span_dims, center):
-    """sigma at its floor, centre between pixels or far outside: no key reaches the threshold."""
+    """sigma at its floor, center between pixels or far outside: no key reaches the threshold."""
     layer = attention(span={"span_dims": span_dims, "min_sigma": 0.05})
     model = keras.Sequential([keras.Input((HEIGHT, WIDTH, CHANNELS)), layer,
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])

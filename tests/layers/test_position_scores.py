@@ -226,7 +226,7 @@ def test_learned_factorised_content_position_equals_full_encoding():
 
 
 def attention_moments(score, height, width):
-    """Mean and covariance, over shifts, of each head's attention for the query closest to the grid centre.
+    """Mean and covariance, over shifts, of each head's attention for the query closest to the grid center.
 
     Computed from the position scores alone, so it applies to any encoding.
 
@@ -238,11 +238,11 @@ def attention_moments(score, height, width):
     rows, cols = np.divmod(np.arange(height * width), width)
     shifts = np.stack([rows - height // 2, cols - width // 2], axis=-1).astype("float64")
     means = probs @ shifts
-    centred = shifts[None, :, :] - means[:, None, :]
-    return means, np.einsum("hk,hki,hkj->hij", probs, centred, centred)
+    centered = shifts[None, :, :] - means[:, None, :]
+    return means, np.einsum("hk,hki,hkj->hij", probs, centered, centered)
 
 
-def test_attention_moments_recover_quadratic_centres_and_covariances():
+def test_attention_moments_recover_quadratic_centers_and_covariances():
     height = width = 31
     layer = built_score(QuadraticScore(2), height, width)
     centers = np.array([[1.3, -2.7], [-0.4, 0.8]], "float32")

@@ -39,11 +39,11 @@ def test_fast_path_equals_general_path_in_values_and_gradients(score, shape):
         np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), rtol=1e-5, atol=1e-5)
 
 
-def centre_gradients_float64(layer, x):
-    """d(sum(output * probe))/d(centres, alpha) of a quadratic layer, in float64 NumPy.
+def center_gradients_float64(layer, x):
+    """d(sum(output * probe))/d(centers, alpha) of a quadratic layer, in float64 NumPy.
 
     Returns:
-        ``((d_centres, d_alpha), (centre_scale, alpha_scale))``: the gradients, and for each entry
+        ``((d_centers, d_alpha), (center_scale, alpha_scale))``: the gradients, and for each entry
         the sum of the absolute values of the (query, key) terms it adds up, which bounds what
         float32's rounding of that sum can be off by (a few units in the last place of it).
     """
@@ -62,15 +62,15 @@ def centre_gradients_float64(layer, x):
     values = np.einsum("bkc,hco->bkho", tokens, kernel)
     upstream = np.einsum("bqo,bkho->hqk", probe.reshape(x.shape[0], height * width, -1), values)
     d_scores = probs * (upstream - (probs * upstream).sum(-1, keepdims=True))
-    centre_terms = [d_scores * 2 * alpha[:, None, None] * d for d in (d1, d2)]
+    center_terms = [d_scores * 2 * alpha[:, None, None] * d for d in (d1, d2)]
     alpha_terms = d_scores * -(d1**2 + d2**2)
-    gradients = np.stack([t.sum((1, 2)) for t in centre_terms], -1), alpha_terms.sum((1, 2))
-    scales = np.stack([np.abs(t).sum((1, 2)) for t in centre_terms], -1), np.abs(alpha_terms).sum((1, 2))
+    gradients = np.stack([t.sum((1, 2)) for t in center_terms], -1), alpha_terms.sum((1, 2))
+    scales = np.stack([np.abs(t).sum((1, 2)) for t in center_terms], -1), np.abs(alpha_terms).sum((1, 2))
     return gradients, scales
 
 
 @pytest.mark.parametrize("alpha", [0.05, 46.0, 1e4])
-def test_far_centres_and_huge_alpha(alpha):
+def test_far_centers_and_huge_alpha(alpha):
     centers = np.array([[0.3, -0.7], [40.0, -55.0], [-1e3, 2e3], [2.0, 1.0]], "float32")
     (fast, general), x = fast_and_general("quadratic", (2, 6, 5, 4), centers=centers,
                                           alpha=np.full(4, alpha, "float32"))
@@ -84,14 +84,14 @@ def test_far_centres_and_huge_alpha(alpha):
         np.testing.assert_allclose(ops.convert_to_numpy(fast_by_name[name]),
                                    ops.convert_to_numpy(general_by_name[name]), rtol=1e-5, atol=1e-5,
                                    err_msg=name)
-    # Centre and alpha gradients: both paths agree with a float64 reference to 1e-5, plus 8 float32
+    # Center and alpha gradients: both paths agree with a float64 reference to 1e-5, plus 8 float32
     # units in the last place of the sum of the absolute terms, although the far heads' score slopes
     # reach 2*alpha*|delta - Delta| ~ 200 and |delta - Delta|^2 ~ 5e6: a saturated head's terms are
-    # exactly zero (hence its gradients too), while the unsaturated head centred at (40, -55) sums
+    # exactly zero (hence its gradients too), while the unsaturated head centered at (40, -55) sums
     # terms of ~|delta - Delta|^2 = 4,600 to 8.6 (alpha 0.05: its XLA reductions have been 1.1e-4
     # off). Compared with the reference rather than with each other: two float32 sums, each within
     # that bound, can be twice as far apart.
-    reference, scales = centre_gradients_float64(fast, x)
+    reference, scales = center_gradients_float64(fast, x)
     for name, exact, scale in zip(("centers", "alpha"), reference, scales):
         for path, gradients in (("fast", fast_by_name), ("general", general_by_name)):
             actual = ops.convert_to_numpy(gradients[name])

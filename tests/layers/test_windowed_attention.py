@@ -39,19 +39,19 @@ HEADS, CHANNELS = 2, 5
 
 def natten_window_start(index, length, kernel_size, dilation):
     """NATTEN's ``get_window_start`` (csrc/cpu/natten_cpu_commons.h), transcribed literally."""
-    neighborhood_size = kernel_size // 2
+    half_window = kernel_size // 2
     if dilation <= 1:
-        return max(index - neighborhood_size, 0) + (index + neighborhood_size >= length) * (
-            length - index - neighborhood_size - 1)
-    ni = index - neighborhood_size * dilation
+        return max(index - half_window, 0) + (index + half_window >= length) * (
+            length - index - half_window - 1)
+    ni = index - half_window * dilation
     if ni < 0:
         return index % dilation
-    if index + neighborhood_size * dilation >= length:
+    if index + half_window * dilation >= length:
         imodd = index % dilation
         a = (length // dilation) * dilation
         b = length - a
         if imodd < b:
-            return length - b + imodd - 2 * neighborhood_size * dilation
+            return length - b + imodd - 2 * half_window * dilation
         return a + imodd - kernel_size * dilation
     return ni
 
