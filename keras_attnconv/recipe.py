@@ -7,6 +7,7 @@ flag at once, before TensorFlow or JAX loads and before anything is written.
 import dataclasses
 from pathlib import Path
 
+from keras_attnconv.precision import check_precision
 from keras_attnconv.utils import (
     check_bool,
     check_choice,
@@ -17,7 +18,6 @@ from keras_attnconv.utils import (
     plain_numbers,
 )
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
@@ -72,7 +72,7 @@ class TrainConfig:
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
         check_bool("download", self.download)
         check_bool("jit_compile", self.jit_compile)
-        check_choice("precision", self.precision, PRECISIONS)
+        check_precision(self.precision)
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("verbose", self.verbose, (0, 1, 2))
         check_seed("seed", self.seed)

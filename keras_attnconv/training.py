@@ -40,7 +40,8 @@ from keras_attnconv.callbacks import (
     csv_history,
     rewind_csv,
 )
-from keras_attnconv.recipe import PRECISIONS, STRATEGIES, TrainConfig, load_recipe, toml_module
+from keras_attnconv.precision import PRECISIONS
+from keras_attnconv.recipe import STRATEGIES, TrainConfig, load_recipe, toml_module
 from keras_attnconv.utils import check_writable, file_lock, write_json
 
 __all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",

@@ -38,6 +38,7 @@ from keras_attnconv.bench.measure import (
     random_images,
     run_in_workers,
 )
+from keras_attnconv.precision import PRECISIONS
 from keras_attnconv.callbacks import Throughput
 from keras_attnconv.models import build_model
 from keras_attnconv.models.attention_classifier import with_attention_options
@@ -45,7 +46,7 @@ from keras_attnconv.models.flops import count_flops
 from keras_attnconv.utils import write_atomically, write_json
 
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
-            "precisions": ("float32", "mixed_bfloat16", "mixed_float16"), "paths_of": "quadratic",
+            "precisions": PRECISIONS, "paths_of": "quadratic",
             "batch": 100, "image_size": 32, "warmup_steps": 5, "steps": 20, "fit_images": 5000, "matmul": 8192}
 # Tiny shapes, a smoke test of every measurement (it runs in the CPU test suite): not a benchmark.
 GPU_QUICK = {"models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("mixed_float16",),

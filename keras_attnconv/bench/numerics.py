@@ -29,9 +29,9 @@ from keras import ops
 from keras_attnconv.bench.measure import device_description
 from keras_attnconv.callbacks import csv_history
 from keras_attnconv.layers import RelativeMultiHeadAttention
+from keras_attnconv.precision import PRECISIONS
 from keras_attnconv.utils import write_atomically, write_json
 
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 NUMERICS_FULL = {"recipe": "training/recipes/quick.toml", "epochs": None, "sizes": (32, 64), "batch": 8,
                  "hidden": 400, "heads": 9, "alpha": 1e4, "accuracy_points": 2.0}
 NUMERICS_QUICK = {"recipe": "training/recipes/quick.toml", "epochs": 1, "sizes": (4, 6), "batch": 2,

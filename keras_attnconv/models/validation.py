@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attnconv.precision import check_policy_name
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
@@ -32,18 +33,19 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
 def dtype_policy(dtype):
     """The `keras.DTypePolicy` a model is built with: `dtype` checked, None meaning Keras' global policy.
 
-    `dtype` is a policy name (``"float32"``, ``"mixed_float16"``,
-    ``"mixed_bfloat16"``, ``"bfloat16"``, ...) or a `keras.DTypePolicy` whose
-    compute and variable dtypes are floating point; anything else (an unknown
-    name, an integer or quantized policy) is a ValueError naming it.
+    `dtype` is a policy name of `keras_attnconv.precision.POLICY_NAMES` (``"float32"``,
+    ``"mixed_bfloat16"``, ``"bfloat16"``, ...) or a `keras.DTypePolicy` whose compute and
+    variable dtypes are floating point; anything else (an unknown name, an integer or
+    quantized policy) is a ValueError naming it. Training runs take fewer (`precision`).
     """
-    try:
-        policy = keras.dtype_policies.get(dtype)
-    except (TypeError, ValueError):
-        policy = None
-    if (policy is None or policy.quantization_mode is not None
-            or not all(keras.backend.is_float_dtype(d) for d in (policy.compute_dtype, policy.variable_dtype))):
+    if dtype is None:
+        return keras.dtype_policies.get(None)
+    if isinstance(dtype, str):
+        check_policy_name(dtype)
+        return keras.DTypePolicy(dtype)
+    if (not isinstance(dtype, keras.DTypePolicy) or dtype.quantization_mode is not None
+            or not all(keras.backend.is_float_dtype(d) for d in (dtype.compute_dtype, dtype.variable_dtype))):
         raise ValueError("`dtype` must be None, a floating-point dtype policy name such as 'float32', "
-                         "'mixed_float16', 'mixed_bfloat16' or 'bfloat16', or a keras.DTypePolicy. "
-                         f"Received: dtype={dtype!r}")
-    return policy
+                         "'mixed_float16', 'mixed_bfloat16' or 'bfloat16', or a keras.DTypePolicy of floating "
+                         f"compute and variable dtypes. Received: dtype={dtype!r}")
+    return dtype
