@@ -30,9 +30,14 @@ _QUADRATIC = AttentionClassifierConfig()
 _LEARNED = AttentionClassifierConfig(position_score="learned",
                                      # Row and column tables of hidden_dim each, as the reference code.
                                      position_embedding_dim=2 * 400)
+# Two "learned emb. + content" models. The paper's text (section 4.3, its 29.5M): content-content plus
+# content-position (q.k + q.r) on row and column tables of 200 each, no position bias.
 _LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_embedding_dim=400,
                                              use_content_content=True, use_content_position=True,
                                              use_position_bias=False)
+# The official code's (`--use_attention_data True`), which trained Table 1's row: content-content plus the
+# position-only score of `learned` (tables of 400 each, per-head vectors), no content-position term.
+_LEARNED_CONTENT_OFFICIAL = dataclasses.replace(_LEARNED, use_content_content=True)
 _GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
 # Follow-up: a learned Gaussian span (thesis slides: threshold 0.1) on top of the paper's encodings.
 _SPAN = {"initial_sigma": 4.0, "threshold": 0.1}
@@ -59,6 +64,8 @@ _REGISTRY = {
                                   PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4")),
     "learned": ModelEntry(_LEARNED, PaperFigures("SA learned emb.", 12.3, 6.2)),
     "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content", 29.5, 15.0)),
+    "learned_content_official": ModelEntry(_LEARNED_CONTENT_OFFICIAL, PaperFigures(
+        "SA learned emb. + content, the official code's model", 29.5, 15.0)),
     "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
                                     PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
     "siren": ModelEntry(AttentionClassifierConfig(position_score="siren"),
@@ -83,8 +90,8 @@ _REGISTRY = {
     "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
-for _name in ("quadratic", "gaussian", "learned", "learned_content", "siren", "quadratic_span", "learned_span",
-              "absolute_learned", "absolute_sinusoid", "learned_content_local", "absolute_learned_local",
+for _name in ("quadratic", "gaussian", "learned", "learned_content", "learned_content_official", "siren",
+              "quadratic_span", "learned_span", "absolute_learned", "absolute_sinusoid", "learned_content_local", "absolute_learned_local",
               "quadratic_span_local"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:

@@ -9,7 +9,7 @@ import keras_attnconv
 from keras_attnconv.models.summary import trainable_parameters
 
 PAPER_SIZES = {"quadratic": 12.1, "gaussian": 12.1, "gaussian_pruned": 9.7, "learned": 12.3,
-               "learned_content": 29.5, "resnet18": 11.2, "resnet10": 4.9}
+               "learned_content": 29.5, "learned_content_official": 29.5, "resnet18": 11.2, "resnet10": 4.9}
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_SIZES))
@@ -17,6 +17,29 @@ def test_parameter_count_within_one_percent_of_the_paper(name):
     params = trainable_parameters(keras_attnconv.build_model(name)) / 1e6
     assert params == pytest.approx(PAPER_SIZES[name], rel=0.01)
     assert keras_attnconv.get_paper_figures(name).params_millions == PAPER_SIZES[name]
+
+
+# The two "learned emb. + content" models: score terms (content-content, content-position, key bias,
+# position bias), the row/column table size per axis, and the trainable parameters.
+LEARNED_CONTENT_MODELS = {
+    # The paper's text (section 4.3): q.k + q.r on tables of 200 per axis, no position bias.
+    "learned_content": ((True, True, False, False), 200, 29_484_282),
+    # The official code's model (`--use_attention_data True`): q.k + the position-only score of `learned`.
+    "learned_content_official": ((True, False, False, True), 400, 29_601_882),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEARNED_CONTENT_MODELS))
+def test_both_learned_content_models_score_what_their_source_says(name):
+    terms, axis_dim, params = LEARNED_CONTENT_MODELS[name]
+    model = keras_attnconv.build_model(name)
+    attention = [layer.attention for layer in model.layers if hasattr(layer, "attention")]
+    assert len(attention) == 6
+    for layer in attention:
+        assert (layer.use_content_content, layer.use_content_position, layer.use_key_bias,
+                layer.use_position_bias) == terms
+        assert layer.position_score.axis_dim == axis_dim
+    assert trainable_parameters(model) == params
 
 
 def test_pruned_model_has_the_appendix_e_heads():
@@ -181,7 +204,7 @@ def test_bad_input_is_named(call, message):
 def test_registry_lists_every_paper_configuration():
     names = keras_attnconv.list_models()
     for name in ("resnet18", "resnet10", "quadratic", "gaussian", "gaussian_pruned", "learned",
-                 "learned_content", "quadratic_16heads", "quadratic_tiny"):
+                 "learned_content", "learned_content_official", "quadratic_16heads", "quadratic_tiny"):
         assert name in names
 
 
