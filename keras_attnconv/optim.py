@@ -11,6 +11,9 @@ import math
 import keras
 from keras import ops
 
+from keras_attnconv.recipe import SCHEDULES
+from keras_attnconv.utils import check_choice
+
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
 class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -18,16 +21,21 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     ``lr(step) = peak * step / warmup`` for ``step < warmup``, then
     ``peak * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2``, and 0
-    after ``total_steps`` (the schedule of the reference code, Table 2: warm-up
-    over 5% of the steps).
+    after ``total_steps`` (Table 2: warm-up over 5% of the steps).
+
+    With `steps_per_epoch`, the rate is held for a whole epoch at its value
+    on the epoch's first step, as the official code sets it (once per
+    epoch, ``scheduler.step(global_step)``): its first epoch runs at 0.
+    `official_schedule` gives that code's schedule for a run.
 
     Args:
         peak_learning_rate: float > 0.
         total_steps: int >= 1, optimizer steps of the whole run.
         warmup_steps: int in [0, total_steps).
+        steps_per_epoch: None (the rate changes every step) or int >= 1.
     """
 
-    def __init__(self, peak_learning_rate, total_steps, warmup_steps=0):
+    def __init__(self, peak_learning_rate, total_steps, warmup_steps=0, steps_per_epoch=None):
         if not peak_learning_rate > 0:
             raise ValueError(f"`peak_learning_rate` must be > 0. Received: peak_learning_rate={peak_learning_rate}")
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
@@ -35,12 +43,19 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
         if not isinstance(warmup_steps, int) or not 0 <= warmup_steps < total_steps:
             raise ValueError(f"`warmup_steps` must be an integer in [0, total_steps={total_steps}). "
                              f"Received: warmup_steps={warmup_steps!r}")
+        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int)
+                                            or steps_per_epoch < 1):
+            raise ValueError(f"`steps_per_epoch` must be None or a positive integer. "
+                             f"Received: steps_per_epoch={steps_per_epoch!r}")
         self.peak_learning_rate = float(peak_learning_rate)
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
+        self.steps_per_epoch = steps_per_epoch
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
+        if self.steps_per_epoch is not None:  # the epoch's first step
+            step = ops.floor(step / self.steps_per_epoch) * self.steps_per_epoch
         warmup = float(max(self.warmup_steps, 1))
         warm = self.peak_learning_rate * step / warmup
         progress = ops.clip((step - self.warmup_steps) / float(self.total_steps - self.warmup_steps), 0.0, 1.0)
@@ -49,7 +64,24 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps}
+                "warmup_steps": self.warmup_steps, "steps_per_epoch": self.steps_per_epoch}
+
+
+def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio):
+    """The `WarmupCosineDecay` of a run of `epochs` x `steps_per_epoch` steps.
+
+    ``"official"``: the official code's (``train.py``): the rate is set once per
+    epoch, and the cosine is laid over ``epochs * (steps_per_epoch + 1)`` steps
+    (its ``len(dataset) // batch_size + 1`` per epoch: 150,300 for the paper's
+    300 epochs of 500 steps, with a warm-up of ``int(0.05 * 150,300) = 7,515``),
+    so the rate never reaches 0. ``"per_step"``: the rate changes every step and
+    the cosine ends on the run's last step.
+    """
+    check_choice("schedule", kind, SCHEDULES)
+    per_epoch = steps_per_epoch + 1 if kind == "official" else steps_per_epoch
+    total_steps = epochs * per_epoch
+    return WarmupCosineDecay(peak_learning_rate, total_steps, warmup_steps=math.floor(warmup_ratio * total_steps),
+                             steps_per_epoch=steps_per_epoch if kind == "official" else None)
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -63,38 +95,48 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
         m = momentum * m + g
         w = w - learning_rate * m
 
-    This is the reference implementation's optimiser (Table 2: lr 0.1,
-    momentum 0.9, weight decay 1e-4). The decay applies to every trainable
-    variable, as in the reference.
+    This is the official code's optimiser (Table 2: lr 0.1, momentum 0.9,
+    weight decay 1e-4), which exempts the attention centers and spreads from
+    the decay: pass their weight names as `no_decay_names`
+    (`keras_attnconv.layers.CENTER_AND_SPREAD_WEIGHTS`). Keras' own
+    `exclude_from_weight_decay()` applies too.
 
     Args:
         learning_rate: float or `LearningRateSchedule`.
         momentum: float in [0, 1).
         weight_decay: float >= 0, the L2 coefficient.
+        no_decay_names: variable names (exact, as ``variable.name``) that get no decay.
         **kwargs: other `keras.optimizers.Optimizer` arguments (clipnorm, ...).
     """
 
-    def __init__(self, learning_rate=0.1, momentum=0.9, weight_decay=1e-4, name="coupled_weight_decay_sgd",
-                 **kwargs):
+    def __init__(self, learning_rate=0.1, momentum=0.9, weight_decay=1e-4, no_decay_names=(),
+                 name="coupled_weight_decay_sgd", **kwargs):
         # `weight_decay` is ours (coupled); the base class' decoupled decay stays off.
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
         if not weight_decay >= 0.0:
             raise ValueError(f"`weight_decay` must be >= 0. Received: weight_decay={weight_decay}")
+        if isinstance(no_decay_names, str) or not all(isinstance(n, str) and n for n in no_decay_names):
+            raise ValueError("`no_decay_names` must be a list of variable names. "
+                             f"Received: no_decay_names={no_decay_names!r}")
         self.momentum = float(momentum)
         self.l2_weight_decay = float(weight_decay)
+        self.no_decay_names = tuple(no_decay_names)
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
         self.momenta = [self.add_variable_from_reference(v, name="momentum") for v in variables]
+        # By key, not by name: `update_step` may see the backend's variable, named by its path on TensorFlow.
+        self._no_decay_keys = {self._var_key(v) for v in variables if v.name in self.no_decay_names}
 
     def update_step(self, gradient, variable, learning_rate):
         learning_rate = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
-        if self.l2_weight_decay:
+        decays = self._var_key(variable) not in self._no_decay_keys and self._use_weight_decay(variable)
+        if self.l2_weight_decay and decays:
             gradient = gradient + ops.cast(self.l2_weight_decay, variable.dtype) * variable
         momentum = self.momenta[self._get_variable_index(variable)]
         self.assign(momentum, ops.cast(self.momentum, variable.dtype) * momentum + gradient)
@@ -102,5 +144,6 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"momentum": self.momentum, "weight_decay": self.l2_weight_decay})
+        config.update({"momentum": self.momentum, "weight_decay": self.l2_weight_decay,
+                       "no_decay_names": list(self.no_decay_names)})
         return config

@@ -21,7 +21,6 @@ import dataclasses
 import errno
 import itertools
 import json
-import math
 import os
 import shutil
 import sys
@@ -203,10 +202,10 @@ class _Plan:
 
 def _plan(config):
     """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
-    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.data import dataset_info, load_arrays, pixel_statistics
     from keras_attnconv.input_pipeline import ArrayBatches
     from keras_attnconv.models import get_model_config
-    from keras_attnconv.optim import WarmupCosineDecay
+    from keras_attnconv.optim import run_schedule
 
     info = dataset_info(config.dataset)
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
@@ -214,7 +213,8 @@ def _plan(config):
         if field in config.model_overrides and config.model_overrides[field] != value:
             raise ValueError(f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
                              f"overridden. Received: model_overrides={config.model_overrides!r}")
-    model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": info.mean, "pixel_std": info.std,
+    mean, std = pixel_statistics(info, config.normalization)
+    model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": mean, "pixel_std": std,
                     **config.model_overrides}
     get_model_config(config.model, **model_fields)
     eval_split = config.eval_split or info.eval_split
@@ -224,9 +224,8 @@ def _plan(config):
                                  batch_size=config.batch_size)
     eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), batch_size=config.batch_size)
     steps_per_epoch = len(train_batches)
-    total_steps = steps_per_epoch * config.epochs
-    schedule = WarmupCosineDecay(config.learning_rate, total_steps,
-                                 warmup_steps=math.floor(config.warmup_ratio * total_steps))
+    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
+                            config.warmup_ratio)
     strategy = make_strategy(config.strategy)
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if config.batch_size % replicas:
@@ -351,19 +350,26 @@ def _save_best_as_preset(config, plan, run_dir):
     return save_to_preset(best, preset, metadata=metadata)
 
 
+def run_optimizer(config, schedule):
+    """The optimizer of a run: `CoupledWeightDecaySGD` with the recipe's momentum, decay and exemptions."""
+    from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
+    from keras_attnconv.optim import CoupledWeightDecaySGD
+
+    return CoupledWeightDecaySGD(schedule, momentum=config.momentum, weight_decay=config.weight_decay,
+                                 no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS)
+
+
 def _fit(config, plan, run_dir, resume_from=None):
     from keras_attnconv.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
     from keras_attnconv.models.summary import trainable_parameters
-    from keras_attnconv.optim import CoupledWeightDecaySGD
 
     scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
     with scope:
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
-            optimizer=CoupledWeightDecaySGD(plan.schedule, momentum=config.momentum,
-                                            weight_decay=config.weight_decay),
+            optimizer=run_optimizer(config, plan.schedule),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
             jit_compile=config.jit_compile,

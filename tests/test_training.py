@@ -45,7 +45,7 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
 
 def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metrics_of_its_weights(small_npz, tmp_path):
     from keras_attnconv import from_preset
-    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.data import dataset_info, load_arrays, pixel_statistics
     from keras_attnconv.input_pipeline import ArrayBatches
     from keras_attnconv.presets import load_preset_metadata
 
@@ -55,7 +55,8 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     model, metadata = from_preset(run / "preset"), load_preset_metadata(run / "preset")
     info = dataset_info(small_npz)
     assert model.name == "quadratic_tiny" and model.class_names == info.class_names
-    assert (model.config.pixel_mean, model.config.pixel_std, model.config.image_size) == (info.mean, info.std, 8)
+    mean, std = pixel_statistics(info, config.normalization)  # the official constants, the recipes' default
+    assert (model.config.pixel_mean, model.config.pixel_std, model.config.image_size) == (mean, std, 8)
     best = json.loads((run / "checkpoints" / "best.json").read_text())
     assert metadata["metrics"]["epoch"] == best["epoch"]
     # The metrics are those of the preset's weights (the best epoch's), measured again on them.

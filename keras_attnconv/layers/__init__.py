@@ -14,8 +14,15 @@ from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
 from keras_attnconv.layers.siren_score import SirenScore
 
+# The weights that place and shape attention heads (centers, widths, covariances, spans), by name: the
+# official code gives them no weight decay (`CoupledWeightDecaySGD(no_decay_names=...)`).
+CENTER_AND_SPREAD_WEIGHTS = tuple(sorted({name for layer in (QuadraticScore, GaussianScore, DiagonalGaussianScore,
+                                                              AttentionSpan)
+                                          for name in layer.center_and_spread_weights}))
+
 __all__ = [
     "AttentionSpan",
+    "CENTER_AND_SPREAD_WEIGHTS",
     "ConvolutionAsAttention",
     "DiagonalGaussianScore",
     "POSITION_SCORES",

@@ -78,6 +78,8 @@ class AttentionSpan(keras.layers.Layer):
     (4, 64, 64)
     """
 
+    center_and_spread_weights = ("span_center", "span_raw_sigma")
+
     def __init__(self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, max_window=None,
                  **kwargs):
         kwargs.setdefault("dtype", "float32")

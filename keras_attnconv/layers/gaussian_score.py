@@ -87,6 +87,8 @@ class GaussianScore(_GaussianScoreBase):
     (9, 64, 64)
     """
 
+    center_and_spread_weights = ("centers", "inverse_sqrt_covariance")
+
     @classmethod
     def from_arguments(cls, num_heads, key_dim=None, diagonal=False, **kwargs):
         # ``get_position_score("gaussian", heads, diagonal=True)`` names the axis-aligned score, as it always has.
@@ -157,6 +159,7 @@ class DiagonalGaussianScore(_GaussianScoreBase):
     """
 
     separable = True
+    center_and_spread_weights = ("centers", "inverse_sqrt_variances")
 
     def _add_inverse_sqrt(self, noise):
         self.inverse_sqrt_variances = self._add_float32_weight(

@@ -52,6 +52,8 @@ class PositionScore(keras.layers.Layer):
     encoding_dim = None
     #: whether scores are a row term plus a column term (see `axis_scores`).
     separable = False
+    #: names of the weights that place and shape the heads (no weight decay in the official recipe).
+    center_and_spread_weights = ()
 
     def __init__(self, num_heads, head_vectors=True, **kwargs):
         super().__init__(**kwargs)

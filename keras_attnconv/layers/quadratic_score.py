@@ -41,6 +41,7 @@ class QuadraticScore(PositionScore):
 
     encoding_dim = 3
     separable = True
+    center_and_spread_weights = ("centers", "alpha")
 
     def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
                  head_vectors=True, **kwargs):
