@@ -75,7 +75,7 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
                                    dtype=conv.dtype_policy, name=f"{conv.name}_as_attention")
     attention.build((None, kernel_h * dilation[0] + 1, kernel_w * dilation[1] + 1, channels_in))
     score.centers.assign(centers)
-    score.alpha.assign(np.full(len(taps), alpha, "float32"))
+    score.set_alpha(np.full(len(taps), alpha, "float32"))
     attention.output_kernel.assign(np.stack([kernel[i, j] for i, j in taps]))
     if conv.use_bias:
         attention.output_bias.assign(ops.convert_to_numpy(conv.bias))

@@ -22,7 +22,7 @@ from keras_attnconv.utils import check_positive_number
 _GAUSSIAN_SCORES = (GaussianScore, DiagonalGaussianScore, QuadraticScore)
 
 #: Variables indexed by head, and the axis of the head index.
-_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "inverse_sqrt_covariance": 0,
+_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "spreads": 0, "inverse_sqrt_covariance": 0,
               "inverse_sqrt_variances": 0, "span_center": 0, "span_raw_sigma": 0}
 
 

@@ -123,7 +123,8 @@ def toml_module():
 
 
 def load_recipe(path, **overrides):
-    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored)."""
+    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored; a
+    `model_overrides` table adds to the recipe's)."""
     tomllib = toml_module()
     path = Path(path)
     if not path.is_file():
@@ -134,5 +135,9 @@ def load_recipe(path, **overrides):
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {error}. Received: recipe={str(path)!r}") \
             from error
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if isinstance(overrides.get("model_overrides"), dict) and isinstance(values.get("model_overrides"), dict):
+        # A table given on the command line adds to the recipe's, key by key, as TOML tables merge.
+        overrides["model_overrides"] = {**values["model_overrides"], **overrides["model_overrides"]}
+    values.update(overrides)
     return TrainConfig.from_dict(values, source=f"recipe ({path})")

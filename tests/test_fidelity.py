@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import value_and_gradients
 
 import keras_attnconv
 from keras_attnconv.data import CIFAR100_MEAN, CIFAR100_STD, dataset_info, pixel_statistics
-from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
+from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS, QuadraticScore, RelativeMultiHeadAttention
 from keras_attnconv.optim import run_schedule
 from keras_attnconv.training import load_recipe, run_optimizer
 
@@ -75,11 +76,13 @@ def pytorch_sgd(weight, gradients, lr, momentum, weight_decay):
     return weight
 
 
-@pytest.mark.parametrize("name", ["quadratic_tiny", "gaussian_tiny", "quadratic_span_tiny", "learned_tiny"])
+@pytest.mark.parametrize("name, overrides", [("quadratic_tiny", {"quadratic_width": "spread"}), ("quadratic_tiny", {}),
+                                             ("gaussian_tiny", {}), ("quadratic_span_tiny", {}), ("learned_tiny", {})])
 @pytest.mark.parametrize("decay_centers_and_spreads", [False, True])
-def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_spreads(name, decay_centers_and_spreads):
+def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_spreads(name, overrides,
+                                                                                      decay_centers_and_spreads):
     config = load_recipe(RECIPES / "quadratic.toml", decay_centers_and_spreads=decay_centers_and_spreads)
-    model = keras_attnconv.build_model(name, dtype="float32")
+    model = keras_attnconv.build_model(name, dtype="float32", **overrides)
     steps_per_epoch = 10
     schedule = run_schedule(config.schedule, config.learning_rate, 5, steps_per_epoch, config.warmup_ratio)
     optimizer = run_optimizer(config, schedule)
@@ -99,3 +102,41 @@ def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_s
         np.testing.assert_allclose(np.asarray(weight), expected, rtol=2e-7, atol=0, err_msg=weight.path)
         if not spared and np.any(old):
             assert not np.array_equal(np.asarray(weight), old), weight.path  # decayed by lr * wd * w, not rounded away
+
+
+@pytest.mark.parametrize("recipe", ["quadratic", "quadratic_16heads"])
+def test_quadratic_paper_recipes_train_the_spread_initialised_as_the_official_code(recipe):
+    config = load_recipe(RECIPES / f"{recipe}.toml", model_overrides={"num_layers": 2})  # adds to the recipe's table
+    assert config.model_overrides == {"quadratic_width": "spread", "num_layers": 2}
+    model = keras_attnconv.build_model(config.model, seed=0, **config.model_overrides)
+    spreads = np.concatenate([np.asarray(w) for w in model.trainable_weights if w.name == "spreads"])
+    assert len(spreads) == 2 * model.get_layer("encoder_0").attention.num_heads
+    assert not any(w.name == "alpha" for w in model.trainable_weights)
+    assert np.all(np.abs(spreads - 1.0) < 0.05) and 0.002 < spreads.std() < 0.03  # 1 + N(0, 0.01^2)
+
+
+def quadratic_layer(width, alpha):
+    """One quadratic-encoding attention layer on a 5x5 map with the widths `alpha`, the same centers and kernels."""
+    layer = RelativeMultiHeadAttention(2, position_score=QuadraticScore(2, width=width))
+    layer.build((None, 5, 5, 4))
+    layer.position_score.centers.assign(np.array([[0.5, -1.0], [1.5, 0.25]], "float32"))
+    layer.position_score.set_alpha(alpha)
+    layer.output_kernel.assign(np.linspace(-1, 1, 2 * 4 * 4).reshape(2, 4, 4).astype("float32"))
+    return layer
+
+
+def test_the_spread_gives_the_same_attention_and_an_official_gradient_step_on_the_width():
+    alpha, lr = np.array([0.5, 1.5], "float32"), 1e-4
+    inputs = np.random.default_rng(0).normal(size=(2, 5, 5, 4)).astype("float32")
+    outputs, steps = {}, {}
+    for width in ("alpha", "spread"):
+        layer = quadratic_layer(width, alpha)
+        outputs[width], gradients = value_and_gradients(layer, inputs)
+        weight = layer.position_score.spreads if width == "spread" else layer.position_score.alpha
+        index = [v.path for v in layer.trainable_variables].index(weight.path)
+        weight.assign(np.asarray(weight) - lr * np.asarray(gradients[1 + index]))  # one plain SGD step
+        steps[width] = np.asarray(layer.position_score.alpha, "float64") - alpha
+    np.testing.assert_allclose(np.asarray(outputs["spread"]), np.asarray(outputs["alpha"]), rtol=1e-5, atol=1e-6)
+    # alpha = s^2 / 2: a step on s moves alpha by 2 alpha times the same step on alpha (to first order in lr).
+    assert np.all(np.abs(steps["alpha"]) > 1e-7)
+    np.testing.assert_allclose(steps["spread"], 2 * alpha * steps["alpha"], rtol=2e-2)

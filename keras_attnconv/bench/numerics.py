@@ -101,7 +101,7 @@ def far_centers(alpha, **_):
             model.dtype_policy = keras.DTypePolicy(precision)
             layer.position_score.centers.assign(np.array([[0.3, -0.7], [40.0, -55.0], [-1e3, 2e3], [2.0, 1.0]],
                                                          "float32"))
-            layer.position_score.alpha.assign(np.full(4, alpha, "float32"))
+            layer.position_score.set_alpha(np.full(4, alpha, "float32"))
             model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=True)
             x = np.random.default_rng(0).normal(size=(2, 6, 5, 4)).astype("float32")
             loss = model.train_on_batch(x, np.zeros_like(x))

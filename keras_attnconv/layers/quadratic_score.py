@@ -9,7 +9,7 @@ from keras import ops
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, centered_shifts, combine_axis_features, shift_grid
 from keras_attnconv.layers.validation import get_initializer
-from keras_attnconv.utils import check_positive_number, check_real
+from keras_attnconv.utils import check_choice, check_positive_number, check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -29,8 +29,17 @@ class QuadraticScore(PositionScore):
         center_stddev: float, standard deviation of the initial centers
             ``Delta_h ~ N(0, center_stddev^2 I)``; the paper's N(0, 2I) is the
             default.
-        alpha_initializer: initializer of ``alpha``. Default 0.5, the isotropic
-            Gaussian with unit covariance that the reference code starts from.
+        alpha_initializer: initializer of ``alpha`` (``width="alpha"``).
+            Default 0.5, the isotropic Gaussian with unit covariance that the
+            official code starts from.
+        width: which weight holds each head's width. ``"alpha"``: ``alpha_h``
+            itself. ``"spread"``: the official code's inverse standard
+            deviation ``s_h``, with ``alpha_h = s_h^2 / 2``, initialised to
+            ``1 + N(0, sigma_init_stddev^2)``. The forward pass is the same; a
+            gradient step is not (one on ``s_h`` moves alpha by ``2 alpha_h``
+            times the same step on ``alpha_h``, to first order).
+        sigma_init_stddev: float >= 0, the noise of the initial spreads
+            (``width="spread"``; the official 0.01).
         head_vectors: see `PositionScore`.
 
     Example:
@@ -41,13 +50,18 @@ class QuadraticScore(PositionScore):
 
     encoding_dim = 3
     separable = True
-    center_and_spread_weights = ("centers", "alpha")
+    center_and_spread_weights = ("centers", "alpha", "spreads")
+    WIDTHS = ("alpha", "spread")
 
     def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
-                 head_vectors=True, **kwargs):
+                 head_vectors=True, width="alpha", sigma_init_stddev=0.01, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_real("center_stddev", center_stddev, low=0.0)
+        check_choice("width", width, self.WIDTHS)
+        check_real("sigma_init_stddev", sigma_init_stddev, low=0.0)
         self.center_stddev = float(center_stddev)
+        self.width = width
+        self.sigma_init_stddev = float(sigma_init_stddev)
         if isinstance(alpha_initializer, numbers.Real) and not isinstance(alpha_initializer, bool):
             check_positive_number("alpha_initializer", alpha_initializer)  # a NaN would make every score NaN
             alpha_initializer = float(alpha_initializer)
@@ -60,10 +74,30 @@ class QuadraticScore(PositionScore):
         if self.head_vectors:
             self.centers = self._add_float32_weight(
                 "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev))
-            alpha_init = self.alpha_initializer
-            if isinstance(alpha_init, float):
-                alpha_init = keras.initializers.Constant(alpha_init)
-            self.alpha = self._add_float32_weight("alpha", (self.num_heads,), alpha_init)
+            if self.width == "spread":
+                noise = keras.initializers.RandomNormal(stddev=self.sigma_init_stddev)
+                self.spreads = self._add_float32_weight("spreads", (self.num_heads,),
+                                                        lambda shape, dtype=None: 1.0 + noise(shape, dtype))
+            else:
+                alpha_init = self.alpha_initializer
+                if isinstance(alpha_init, float):
+                    alpha_init = keras.initializers.Constant(alpha_init)
+                self._alpha = self._add_float32_weight("alpha", (self.num_heads,), alpha_init)
+
+    @property
+    def alpha(self):
+        """``alpha_h`` (heads,): the `alpha` weight, or ``spreads^2 / 2`` (``width="spread"``)."""
+        if self.width == "spread":
+            return ops.square(ops.convert_to_tensor(self.spreads)) / 2.0
+        return self._alpha
+
+    def set_alpha(self, alpha):
+        """Sets every head's ``alpha_h`` (a (heads,) array of positive values), whichever weight holds it."""
+        alpha = np.asarray(alpha, "float32")
+        if self.width == "spread":
+            self.spreads.assign(np.sqrt(2.0 * alpha))
+        else:
+            self._alpha.assign(alpha)
 
     @property
     def covariances(self):
@@ -101,4 +135,6 @@ class QuadraticScore(PositionScore):
         if not isinstance(alpha_init, float):
             alpha_init = keras.initializers.serialize(keras.initializers.get(alpha_init))
         config.update({"center_stddev": self.center_stddev, "alpha_initializer": alpha_init})
+        if self.width != "alpha":  # only when set: configs saved before the option stay as they were
+            config.update({"width": self.width, "sigma_init_stddev": self.sigma_init_stddev})
         return config

@@ -9,13 +9,14 @@ from keras_attnconv.layers import (
     InvertibleDownsampling,
     LearnedPositionEmbedding,
     LearnedRelativeScore,
+    QuadraticScore,
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields
-from keras_attnconv.utils import check_positive_int, did_you_mean, plain_numbers
+from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 #: `RelativeMultiHeadAttention` arguments that `attention_options` may set (the config's own fields set the others).
@@ -47,6 +48,11 @@ class AttentionClassifierConfig(ClassifierConfig):
             None means ``hidden_dim`` (its even part).
         use_content_content, use_content_position, use_position_bias: the
             score terms of eq. (8) (see `RelativeMultiHeadAttention`).
+        quadratic_width: ``"alpha"`` or ``"spread"``, which weight holds a
+            quadratic head's width (`QuadraticScore`'s ``width``): the paper's
+            alpha, or the official code's spread ``s`` (alpha = s^2 / 2), which
+            the paper recipes train. Other encodings ignore it: Gaussian heads
+            always train their spreads (``Sigma^-1/2``), learned ones have none.
         absolute_encoding: None, ``"learned"`` or ``"sinusoid"``: an absolute
             position encoding added to the tokens before the first block.
         attention_span: None, or a dict of `AttentionSpan` arguments
@@ -80,6 +86,7 @@ class AttentionClassifierConfig(ClassifierConfig):
     use_content_content: bool = False
     use_content_position: bool = False
     use_position_bias: bool = True
+    quadratic_width: str = "alpha"
     absolute_encoding: "str | None" = None
     attention_span: "dict | None" = None
     window: "int | tuple[int, int] | None" = None
@@ -128,6 +135,7 @@ class AttentionClassifierConfig(ClassifierConfig):
         if not uses_positions and self.position_score is not None:
             raise ValueError("`position_score` must be None when no position term is used. "
                              f"Received: position_score={self.position_score!r}")
+        check_choice("quadratic_width", self.quadratic_width, QuadraticScore.WIDTHS)
         if self.absolute_encoding not in (None, *ABSOLUTE_ENCODINGS):
             raise ValueError(f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
                              f"Received: absolute_encoding={self.absolute_encoding!r}")
@@ -172,6 +180,9 @@ class AttentionClassifierConfig(ClassifierConfig):
 
 def _position_score(config, num_heads, dtype):
     """The position score of one block (a fresh layer per block, never shared)."""
+    if config.position_score == "quadratic" and config.quadratic_width != "alpha":
+        return QuadraticScore(num_heads, width=config.quadratic_width, head_vectors=config.use_position_bias,
+                              dtype="float32")
     if config.position_score != "learned":
         return config.position_score
     return LearnedRelativeScore(
