@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.layers.validation import get_activation, get_initializer, real_inputs
+from keras_attnconv.layers.validation import get_activation, get_initializer, independent, real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
@@ -84,7 +84,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: hidden})
 
         def dense(units, name, activation=None):
-            return keras.layers.Dense(units, activation=activation, kernel_initializer=self.kernel_initializer,
+            return keras.layers.Dense(units, activation=activation, kernel_initializer=independent(self.kernel_initializer),
                                       dtype=self.dtype_policy, name=name)
 
         def norm(name):

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
-from keras_attnconv.layers.validation import get_initializer
+from keras_attnconv.layers.validation import get_initializer, independent
 from keras_attnconv.utils import check_positive_int
 
 
@@ -69,7 +69,7 @@ class LearnedRelativeScore(PositionScore):
         self.col_size = self.max_position or width
 
         def table(name, size):
-            return self._add_float32_weight(name, (size, self.axis_dim), self.embeddings_initializer)
+            return self._add_float32_weight(name, (size, self.axis_dim), independent(self.embeddings_initializer))
 
         self.row_embeddings = table("row_embeddings", 2 * self.row_size - 1)
         self.col_embeddings = table("col_embeddings", 2 * self.col_size - 1)

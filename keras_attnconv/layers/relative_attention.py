@@ -8,7 +8,7 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
-from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
+from keras_attnconv.layers.validation import get_initializer, grid_size, independent, real_inputs
 from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
@@ -387,12 +387,12 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
         self._attention_mode = self.attention_mode_for(height, width)
 
     def _kernel(self, name, shape):
-        return self.add_weight(name=name, shape=shape, initializer=self.kernel_initializer)
+        return self.add_weight(name=name, shape=shape, initializer=independent(self.kernel_initializer))
 
     def _bias(self, name, shape):
         if not self.use_bias:
             return None
-        return self.add_weight(name=name, shape=shape, initializer=self.bias_initializer)
+        return self.add_weight(name=name, shape=shape, initializer=independent(self.bias_initializer))
 
     def _project(self, tokens, kernel, bias):
         projected = ops.einsum("btc,chd->bthd", tokens, kernel)

@@ -8,6 +8,21 @@ def get_initializer(name, value):
     return _keras_object(keras.initializers.get, "a Keras initializer", name, value)
 
 
+def independent(initializer):
+    """`initializer` for one more weight: a copy with a seed of its own when it is unseeded.
+
+    An unseeded Keras initializer draws its seed once, when it is made, and repeats
+    the same values at every call (Keras' documentation), so weights that share one
+    instance would start equal (two blocks' kernels, a row table and its column
+    table) or as prefixes of each other. Seeded initializers are the user's
+    choice and are returned as they are.
+    """
+    config = initializer.get_config()
+    if "seed" in config and config["seed"] is None:
+        return type(initializer).from_config(config)
+    return initializer
+
+
 def get_activation(name, value):
     """``keras.activations.get(value)``, an unknown identifier being a ValueError naming the argument `name`."""
     return _keras_object(keras.activations.get, "a Keras activation", name, value)

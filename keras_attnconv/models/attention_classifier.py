@@ -14,6 +14,7 @@ from keras_attnconv.layers import (
     TransformerEncoderBlock,
 )
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
+from keras_attnconv.layers.validation import independent
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields
 from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
@@ -215,7 +216,8 @@ class AttentionClassifier(ImageClassifier):
     def features(x, config, dtype):
         initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
         x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(x)
-        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer, dtype=dtype, name="embedding")(x)
+        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=independent(initializer), dtype=dtype,
+                               name="embedding")(x)
         if config.absolute_encoding:
             encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
             x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])

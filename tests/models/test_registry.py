@@ -82,6 +82,22 @@ def batch(size=4, image_size=8):
     return rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8), rng.integers(0, 10, size)
 
 
+def test_no_two_random_weights_of_a_model_start_alike(small_model):
+    """Every randomly initialised weight is its own draw: none equals another or begins as another does.
+
+    (An unseeded Keras initializer shared by several weights repeats its values: two blocks' kernels
+    started equal, and a (heads, C, C) kernel began with the (C, C) kernel of another layer.)
+    """
+    _, model = small_model
+    random = [(w.path, np.asarray(w).ravel()) for w in model.trainable_weights]
+    random = [(path, values) for path, values in random if np.unique(values).size > 1]
+    assert len(random) >= 3
+    for index, (path, values) in enumerate(random):
+        for other_path, other in random[index + 1:]:
+            shared = min(values.size, other.size, 8)
+            assert not np.array_equal(values[:shared], other[:shared]), (path, other_path)
+
+
 def test_every_model_takes_a_jit_compiled_fit_step(small_model):
     _, model = small_model
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
