@@ -38,6 +38,51 @@ def official_learning_rate(peak, epochs, steps_per_epoch, warmup_ratio, step):
 def test_paper_recipes_follow_the_official_code_by_default(name):
     config = load_recipe(RECIPES / f"{name}.toml")
     assert (config.schedule, config.normalization, config.decay_centers_and_spreads) == ("official", "official", False)
+    if not name.startswith("resnet"):
+        assert config.model_overrides["initialization"] == "official"
+
+
+def official_fan_in(path, config):
+    """The fan-in the official PyTorch model's nn.Linear gives the weight at `path` (None: not a linear map)."""
+    hidden, heads = config.hidden_dim, config.heads_per_layer[0]
+    fan_ins = {"embedding/": 3 * config.downsampling**2, "query_": hidden, "key_": hidden,
+               "output_kernel": heads * hidden, "output_bias": heads * hidden, "head_vectors": hidden,
+               "attention_dense/": hidden, "intermediate_dense/": hidden, "output_dense/": config.intermediate_dim,
+               "logits/": hidden}
+    return next((fan_in for part, fan_in in fan_ins.items() if part in path), None)
+
+
+@pytest.mark.parametrize("recipe", ["quadratic", "learned_content_official"])
+def test_official_initialisation_has_the_official_models_distributions(recipe):
+    config = load_recipe(RECIPES / f"{recipe}.toml")
+    model = keras_attnconv.build_model(config.model, seed=0, **config.model_overrides)
+    kinds = set()
+    for weight in model.trainable_weights:
+        values, path = np.asarray(weight, "float64").ravel(), weight.path
+        fan_in = official_fan_in(path, model.config)
+        if fan_in is not None:  # nn.Linear: weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+            bound = float(np.float32(fan_in**-0.5))  # as float32 holds it
+            assert np.abs(values).max() <= bound, path
+            if values.size >= 4000:
+                assert np.abs(values).max() > 0.99 * bound, path
+                np.testing.assert_allclose(values.std(), bound / 3**0.5, rtol=0.03, err_msg=path)
+            kinds.add("linear")
+        elif weight.name in ("row_embeddings", "col_embeddings"):  # nn.Embedding: N(0, 1)
+            np.testing.assert_allclose(values.std(), 1.0, rtol=0.05, err_msg=path)
+            kinds.add("tables")
+        elif weight.name == "gamma" or weight.name == "beta":
+            assert np.all(values == (1.0 if weight.name == "gamma" else 0.0)), path
+            kinds.add("layer norm")
+        else:
+            assert weight.name in ("centers", "spreads"), path
+            kinds.add(weight.name)
+    if recipe == "quadratic":  # centers N(0, 2^2) per coordinate, spreads 1 + N(0, 0.01^2); 108 and 54 values
+        assert kinds == {"linear", "layer norm", "centers", "spreads"}
+        centers, spreads = (np.concatenate([np.asarray(w).ravel() for w in model.trainable_weights if w.name == name])
+                            for name in ("centers", "spreads"))
+        assert 1.6 < centers.std() < 2.4 and abs(spreads.mean() - 1.0) < 0.005 and 0.006 < spreads.std() < 0.014
+    else:
+        assert kinds == {"linear", "layer norm", "tables"}
 
 
 def test_paper_schedule_is_the_official_one_at_chosen_steps():
@@ -107,7 +152,7 @@ def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_s
 @pytest.mark.parametrize("recipe", ["quadratic", "quadratic_16heads"])
 def test_quadratic_paper_recipes_train_the_spread_initialised_as_the_official_code(recipe):
     config = load_recipe(RECIPES / f"{recipe}.toml", model_overrides={"num_layers": 2})  # adds to the recipe's table
-    assert config.model_overrides == {"quadratic_width": "spread", "num_layers": 2}
+    assert config.model_overrides == {"initialization": "official", "quadratic_width": "spread", "num_layers": 2}
     model = keras_attnconv.build_model(config.model, seed=0, **config.model_overrides)
     spreads = np.concatenate([np.asarray(w) for w in model.trainable_weights if w.name == "spreads"])
     assert len(spreads) == 2 * model.get_layer("encoder_0").attention.num_heads

@@ -5,6 +5,7 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.convolution_as_attention import ConvolutionAsAttention
 from keras_attnconv.layers.downsampling import InvertibleDownsampling
 from keras_attnconv.layers.encoder import TransformerEncoderBlock
+from keras_attnconv.layers.fan_in_uniform import FanInUniform
 from keras_attnconv.layers.gaussian_score import DiagonalGaussianScore, GaussianScore
 from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
 from keras_attnconv.layers.pixel_normalization import PixelNormalization
@@ -25,6 +26,7 @@ __all__ = [
     "CENTER_AND_SPREAD_WEIGHTS",
     "ConvolutionAsAttention",
     "DiagonalGaussianScore",
+    "FanInUniform",
     "POSITION_SCORES",
     "GaussianScore",
     "InvertibleDownsampling",

@@ -6,7 +6,8 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.layers.validation import get_activation, get_initializer, independent, real_inputs
+from keras_attnconv.layers.fan_in_uniform import initializer_for
+from keras_attnconv.layers.validation import get_activation, get_initializer, real_inputs
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
 
@@ -29,6 +30,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: float, LayerNorm epsilon (paper: 1e-12).
         activation: feed-forward activation (default exact, erf-based GELU).
         kernel_initializer: initializer of all kernels.
+        bias_initializer: initializer of all biases (of the attention too, unless
+            `attention_options` sets one). A `FanInUniform` bounds each kernel
+            and bias by its own fan-in, as PyTorch's linear layers.
         rematerialize: bool, recompute the feed-forward layer's activations
             (the (batch, H, W, intermediate_dim) tensors around the
             activation) in the backward pass instead of keeping them
@@ -55,7 +59,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, intermediate_dim, position_score="quadratic", attention_options=None,
                  dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12, activation="gelu",
-                 kernel_initializer="glorot_uniform", rematerialize=False, **kwargs):
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros", rematerialize=False, **kwargs):
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_bool("rematerialize", rematerialize)
@@ -70,11 +74,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.activation = get_activation("activation", activation)
         self.kernel_initializer = get_initializer("kernel_initializer", kernel_initializer)
+        self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
         self.rematerialize = rematerialize
         self.attention = RelativeMultiHeadAttention(
             num_heads=num_heads, position_score=position_score, dropout=attention_dropout,
             kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="attention",
-            **{"rematerialize": rematerialize, **self.attention_options},
+            **{"rematerialize": rematerialize, "bias_initializer": self.bias_initializer, **self.attention_options},
         )
 
     def build(self, input_shape):
@@ -83,18 +88,20 @@ class TransformerEncoderBlock(keras.layers.Layer):
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: hidden})
 
-        def dense(units, name, activation=None):
-            return keras.layers.Dense(units, activation=activation, kernel_initializer=independent(self.kernel_initializer),
+        def dense(units, name, inputs, activation=None):
+            return keras.layers.Dense(units, activation=activation,
+                                      kernel_initializer=initializer_for(self.kernel_initializer, inputs),
+                                      bias_initializer=initializer_for(self.bias_initializer, inputs),
                                       dtype=self.dtype_policy, name=name)
 
         def norm(name):
             return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
                                                    name=name)
 
-        self.attention_dense = dense(hidden, "attention_dense")
+        self.attention_dense = dense(hidden, "attention_dense", hidden)
         self.attention_norm = norm("attention_norm")
-        self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", _portable(self.activation))
-        self.output_dense = dense(hidden, "output_dense")
+        self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", hidden, _portable(self.activation))
+        self.output_dense = dense(hidden, "output_dense", self.intermediate_dim)
         self.output_norm = norm("output_norm")
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
@@ -140,6 +147,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "activation": keras.activations.serialize(self.activation),
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "rematerialize": self.rematerialize,
         }
 

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
+from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.validation import get_initializer, independent
 from keras_attnconv.utils import check_positive_int
 
@@ -26,7 +27,11 @@ class LearnedRelativeScore(PositionScore):
         max_position: int or None. Largest grid side the tables cover
             (``2 * max_position - 1`` shifts per axis). None sizes them to the
             grid the layer is built on.
-        embeddings_initializer: initializer of the shift tables and of ``v``.
+        embeddings_initializer: initializer of the shift tables (and of ``v``
+            unless `head_vectors_initializer` is given).
+        head_vectors_initializer: None or the initializer of the per-head
+            vectors ``v`` (the official code's row and column ``nn.Linear``
+            maps to the heads: a `FanInUniform` is bounded by ``axis_dim``).
         head_vectors: see `PositionScore`.
 
     Example:
@@ -38,7 +43,7 @@ class LearnedRelativeScore(PositionScore):
     separable = True
 
     def __init__(self, num_heads, embedding_dim, max_position=None,
-                 embeddings_initializer=None, head_vectors=True, **kwargs):
+                 embeddings_initializer=None, head_vectors=True, head_vectors_initializer=None, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_positive_int("embedding_dim", embedding_dim)
         if embedding_dim < 2 or embedding_dim % 2:
@@ -49,6 +54,8 @@ class LearnedRelativeScore(PositionScore):
         self.max_position = None if max_position is None else int(max_position)
         self.embeddings_initializer = get_initializer(
             "embeddings_initializer", embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02))
+        self.head_vectors_initializer = None if head_vectors_initializer is None else get_initializer(
+            "head_vectors_initializer", head_vectors_initializer)
         self.axis_dim = self.embedding_dim // 2
         self.encoding_dim = 2 * self.axis_dim
 
@@ -68,14 +75,16 @@ class LearnedRelativeScore(PositionScore):
         self.row_size = self.max_position or height
         self.col_size = self.max_position or width
 
-        def table(name, size):
-            return self._add_float32_weight(name, (size, self.axis_dim), independent(self.embeddings_initializer))
+        def table(name, size, initializer):
+            return self._add_float32_weight(name, (size, self.axis_dim), initializer)
 
-        self.row_embeddings = table("row_embeddings", 2 * self.row_size - 1)
-        self.col_embeddings = table("col_embeddings", 2 * self.col_size - 1)
+        self.row_embeddings = table("row_embeddings", 2 * self.row_size - 1, independent(self.embeddings_initializer))
+        self.col_embeddings = table("col_embeddings", 2 * self.col_size - 1, independent(self.embeddings_initializer))
         if self.head_vectors:
-            self.row_head_vectors = table("row_head_vectors", self.num_heads)
-            self.col_head_vectors = table("col_head_vectors", self.num_heads)
+            # `v` maps an axis' axis_dim encoding to one score per head: axis_dim is its fan-in.
+            vectors = self.head_vectors_initializer or self.embeddings_initializer
+            self.row_head_vectors = table("row_head_vectors", self.num_heads, initializer_for(vectors, self.axis_dim))
+            self.col_head_vectors = table("col_head_vectors", self.num_heads, initializer_for(vectors, self.axis_dim))
 
     def _axis_tables(self, height, width):
         """Embeddings of every (query, key) shift per axis: (H, H, d) and (W, W, d)."""
@@ -175,5 +184,7 @@ class LearnedRelativeScore(PositionScore):
             "embedding_dim": self.embedding_dim,
             "max_position": self.max_position,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            "head_vectors_initializer": (None if self.head_vectors_initializer is None
+                                         else keras.initializers.serialize(self.head_vectors_initializer)),
         })
         return config

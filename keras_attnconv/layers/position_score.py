@@ -31,6 +31,8 @@ from keras_attnconv.utils import check_bool, check_positive_int
 
 # Centers are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
 PAPER_CENTER_STDDEV = 2.0**0.5
+# The official code's: N(0, 2^2) per coordinate (its gaussian_init_mu_std = 2).
+OFFICIAL_CENTER_STDDEV = 2.0
 
 
 class PositionScore(keras.layers.Layer):

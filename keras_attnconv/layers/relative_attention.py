@@ -8,7 +8,8 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
-from keras_attnconv.layers.validation import get_initializer, grid_size, independent, real_inputs
+from keras_attnconv.layers.fan_in_uniform import initializer_for
+from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
@@ -363,18 +364,18 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
         needs_key = self.use_content_content or self.use_key_bias
         head_shape = (self.num_heads, self.key_dim)
         if needs_query:
-            self.query_kernel = self._kernel("query_kernel", (self.input_dim, *head_shape))
-            self.query_bias = self._bias("query_bias", head_shape)
+            self.query_kernel = self._kernel("query_kernel", (self.input_dim, *head_shape), self.input_dim)
+            self.query_bias = self._bias("query_bias", head_shape, self.input_dim)
         if needs_key:
-            self.key_kernel = self._kernel("key_kernel", (self.input_dim, *head_shape))
-            self.key_bias = self._bias("key_bias", head_shape)
+            self.key_kernel = self._kernel("key_kernel", (self.input_dim, *head_shape), self.input_dim)
+            self.key_bias = self._bias("key_bias", head_shape, self.input_dim)
         if self.use_key_bias:
             self.u = self.add_weight(name="u", shape=head_shape, initializer="zeros")
         if self.use_content_position:
             encoding_dim = self.position_score.encoding_dim
             if self.position_key_projection:
                 self.position_key_kernel = self._kernel(
-                    "position_key_kernel", (self.num_heads, self.key_dim, encoding_dim)
+                    "position_key_kernel", (self.num_heads, self.key_dim, encoding_dim), self.key_dim
                 )
             elif encoding_dim > self.key_dim:
                 raise ValueError(
@@ -382,17 +383,20 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
                     f"got encoding_dim={encoding_dim}, key_dim={self.key_dim}. Use "
                     "position_key_projection=True or a larger key_dim."
                 )
-        self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self.output_dim))
-        self.output_bias = self._bias("output_bias", (self.output_dim,))
+        # The merged value/output kernel is one linear map of the heads' concatenated contexts.
+        contexts = self.num_heads * self.input_dim
+        self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self.output_dim), contexts)
+        self.output_bias = self._bias("output_bias", (self.output_dim,), contexts)
         self._attention_mode = self.attention_mode_for(height, width)
 
-    def _kernel(self, name, shape):
-        return self.add_weight(name=name, shape=shape, initializer=independent(self.kernel_initializer))
+    def _kernel(self, name, shape, fan_in):
+        """A kernel of the products with `fan_in` inputs (which a `FanInUniform` initializer bounds by)."""
+        return self.add_weight(name=name, shape=shape, initializer=initializer_for(self.kernel_initializer, fan_in))
 
-    def _bias(self, name, shape):
+    def _bias(self, name, shape, fan_in):
         if not self.use_bias:
             return None
-        return self.add_weight(name=name, shape=shape, initializer=independent(self.bias_initializer))
+        return self.add_weight(name=name, shape=shape, initializer=initializer_for(self.bias_initializer, fan_in))
 
     def _project(self, tokens, kernel, bias):
         projected = ops.einsum("btc,chd->bthd", tokens, kernel)

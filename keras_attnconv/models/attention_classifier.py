@@ -6,6 +6,8 @@ import keras
 
 from keras_attnconv.layers import (
     AttentionSpan,
+    FanInUniform,
+    GaussianScore,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
     LearnedRelativeScore,
@@ -13,13 +15,16 @@ from keras_attnconv.layers import (
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
+from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
-from keras_attnconv.layers.validation import independent
+from keras_attnconv.layers.position_score import OFFICIAL_CENTER_STDDEV
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields
 from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
+#: How the weights start (`AttentionClassifierConfig.initialization`).
+INITIALIZATIONS = ("bert", "official")
 #: `RelativeMultiHeadAttention` arguments that `attention_options` may set (the config's own fields set the others).
 ATTENTION_OPTIONS = ("use_key_bias", "content_scale", "position_key_projection", "use_bias", "bias_initializer",
                      "separable", "windowed")
@@ -75,7 +80,14 @@ class AttentionClassifierConfig(ClassifierConfig):
         dropout, attention_dropout: dropout rates.
         layer_norm_epsilon: LayerNorm epsilon.
         downsampling: block size of the invertible down-sampling.
-        initializer_range: std (> 0) of the N(0, s^2) kernel initialisation (BERT's 0.02).
+        initialization: ``"bert"`` (kernels N(0, initializer_range^2), biases
+            0, learned tables N(0, initializer_range^2), centers N(0, 2I) as the
+            paper's text) or ``"official"``, what the official code's PyTorch
+            model starts from: every linear map's kernel and bias
+            ``U(+-1/sqrt(fan_in))`` (`FanInUniform`), learned shift tables
+            N(0, 1), centers N(0, 2^2) per coordinate; the paper recipes use it.
+        initializer_range: std (> 0) of the N(0, s^2) kernel initialisation (BERT's 0.02;
+            ``initialization="bert"``).
     """
 
     num_layers: int = 6
@@ -88,6 +100,7 @@ class AttentionClassifierConfig(ClassifierConfig):
     use_content_position: bool = False
     use_position_bias: bool = True
     quadratic_width: str = "alpha"
+    initialization: str = "bert"
     absolute_encoding: "str | None" = None
     attention_span: "dict | None" = None
     window: "int | tuple[int, int] | None" = None
@@ -137,6 +150,7 @@ class AttentionClassifierConfig(ClassifierConfig):
             raise ValueError("`position_score` must be None when no position term is used. "
                              f"Received: position_score={self.position_score!r}")
         check_choice("quadratic_width", self.quadratic_width, QuadraticScore.WIDTHS)
+        check_choice("initialization", self.initialization, INITIALIZATIONS)
         if self.absolute_encoding not in (None, *ABSOLUTE_ENCODINGS):
             raise ValueError(f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
                              f"Received: absolute_encoding={self.absolute_encoding!r}")
@@ -181,18 +195,24 @@ class AttentionClassifierConfig(ClassifierConfig):
 
 def _position_score(config, num_heads, dtype):
     """The position score of one block (a fresh layer per block, never shared)."""
-    if config.position_score == "quadratic" and config.quadratic_width != "alpha":
+    official = config.initialization == "official"
+    # The official code draws the centers from N(0, 2^2) per coordinate (gaussian_init_mu_std=2);
+    # the paper's text says N(0, 2I).
+    centers = {"center_stddev": OFFICIAL_CENTER_STDDEV} if official else {}
+    if config.position_score == "quadratic" and (config.quadratic_width != "alpha" or official):
         return QuadraticScore(num_heads, width=config.quadratic_width, head_vectors=config.use_position_bias,
-                              dtype="float32")
+                              dtype="float32", **centers)
+    if config.position_score == "gaussian" and official:
+        return GaussianScore(num_heads, head_vectors=config.use_position_bias, dtype="float32", **centers)
     if config.position_score != "learned":
         return config.position_score
-    return LearnedRelativeScore(
-        num_heads,
-        embedding_dim=config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2,
-        head_vectors=config.use_position_bias,
-        embeddings_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range),
-        dtype=dtype,
-    )
+    embedding_dim = config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2
+    if official:  # nn.Embedding's N(0, 1) tables; the heads' vectors are nn.Linear maps
+        tables, vectors = keras.initializers.RandomNormal(stddev=1.0), FanInUniform()
+    else:
+        tables, vectors = keras.initializers.RandomNormal(stddev=config.initializer_range), None
+    return LearnedRelativeScore(num_heads, embedding_dim=embedding_dim, head_vectors=config.use_position_bias,
+                                embeddings_initializer=tables, head_vectors_initializer=vectors, dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -213,10 +233,26 @@ class AttentionClassifier(ImageClassifier):
     default_name = "attention_classifier"
 
     @staticmethod
-    def features(x, config, dtype):
-        initializer = keras.initializers.RandomNormal(stddev=config.initializer_range)
+    def initializers(config):
+        """``(kernel, bias)`` initializers of the model's linear maps (`AttentionClassifierConfig.initialization`)."""
+        if config.initialization == "official":
+            return FanInUniform(), FanInUniform()
+        return keras.initializers.RandomNormal(stddev=config.initializer_range), keras.initializers.Zeros()
+
+    @classmethod
+    def head_initializers(cls, config):
+        if config.initialization == "official":
+            kernel, bias = cls.initializers(config)
+            return {"kernel_initializer": kernel, "bias_initializer": initializer_for(bias, config.hidden_dim)}
+        return {}
+
+    @classmethod
+    def features(cls, x, config, dtype):
+        initializer, bias_initializer = cls.initializers(config)
         x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(x)
-        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=independent(initializer), dtype=dtype,
+        pixels = 3 * config.downsampling**2  # the inputs of the embedding
+        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer_for(initializer, pixels),
+                               bias_initializer=initializer_for(bias_initializer, pixels), dtype=dtype,
                                name="embedding")(x)
         if config.absolute_encoding:
             encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
@@ -242,6 +278,7 @@ class AttentionClassifier(ImageClassifier):
                 attention_dropout=config.attention_dropout,
                 layer_norm_epsilon=config.layer_norm_epsilon,
                 kernel_initializer=initializer,
+                bias_initializer=bias_initializer,
                 rematerialize=config.rematerialize,
                 dtype=dtype,
                 name=f"encoder_{index}",

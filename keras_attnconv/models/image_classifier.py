@@ -119,7 +119,8 @@ class ImageClassifier(keras.Model):
         x = self.features(x, config, policy)
         x = keras.layers.GlobalAveragePooling2D(dtype=policy, name="pool")(x)
         # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
-        logits = keras.layers.Dense(config.num_classes, dtype="float32", name="logits")(x)
+        logits = keras.layers.Dense(config.num_classes, dtype="float32", name="logits",
+                                    **self.head_initializers(config))(x)
         super().__init__(images, logits, name=name or self.default_name, trainable=trainable)
         self.config = config
         self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
@@ -127,6 +128,11 @@ class ImageClassifier(keras.Model):
     @staticmethod
     def features(x, config, dtype):
         raise NotImplementedError
+
+    @classmethod
+    def head_initializers(cls, config):
+        """Keyword arguments of the classifier head's initializers (none: Keras' defaults)."""
+        return {}
 
     def _check_images(self, inputs):
         if _only_shapes():
