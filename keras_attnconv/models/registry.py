@@ -63,7 +63,8 @@ _REGISTRY = {
     "gaussian_pruned": ModelEntry(dataclasses.replace(_GAUSSIAN, num_heads=(7, 5, 8, 7, 3, 9)),
                                   PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4")),
     "learned": ModelEntry(_LEARNED, PaperFigures("SA learned emb.", 12.3, 6.2)),
-    "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content", 29.5, 15.0)),
+    "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content, the paper text's model",
+                                                                 29.5, 15.0)),
     "learned_content_official": ModelEntry(_LEARNED_CONTENT_OFFICIAL, PaperFigures(
         "SA learned emb. + content, the official code's model", 29.5, 15.0)),
     "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
