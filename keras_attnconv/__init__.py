@@ -63,14 +63,34 @@ def __dir__():
     return __all__
 
 
-def _register_keras_classes():
-    """Imports the modules whose classes are registered with ``keras.saving.register_keras_serializable``."""
+_registration_pending = False
+
+
+def _register_keras_classes(finished=None):
+    """Imports the modules whose classes are registered with ``keras.saving.register_keras_serializable``.
+
+    When Keras is first imported by one of those modules while it is itself being imported
+    (``from keras_attnconv.layers import ...`` as the first import), the others cannot be
+    imported yet: the registration waits until that module has finished (`_finish_registration`).
+    """
+    global _registration_pending
+    if any(getattr(getattr(sys.modules.get(f"keras_attnconv.{module}"), "__spec__", None), "_initializing", False)
+           for module in _SUBMODULES if module != finished):
+        _registration_pending = True
+        return
+    _registration_pending = False
     for module in _SUBMODULES:
         try:
             importlib.import_module(f"keras_attnconv.{module}")
         except Exception as error:  # noqa: BLE001 (never break the user's `import keras`)
             warnings.warn(f"keras_attnconv could not register its Keras classes ({error!r}); import "
                           f"keras_attnconv.{module} before loading a model that uses them.", stacklevel=2)
+
+
+def _finish_registration(module):
+    """Called at the end of each registering `module` (its whole body has run): the registration that had to wait."""
+    if _registration_pending:
+        _register_keras_classes(finished=module)
 
 
 class _RegisterAfterKerasImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

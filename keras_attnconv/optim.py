@@ -117,12 +117,13 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
             raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum}")
         if not weight_decay >= 0.0:
             raise ValueError(f"`weight_decay` must be >= 0. Received: weight_decay={weight_decay}")
-        if isinstance(no_decay_names, str) or not all(isinstance(n, str) and n for n in no_decay_names):
-            raise ValueError("`no_decay_names` must be a list of variable names. "
+        names = no_decay_names if isinstance(no_decay_names, (list, tuple)) else None
+        if names is None or not all(isinstance(n, str) and n for n in names):
+            raise ValueError("`no_decay_names` must be a list of variable names (as `variable.name`). "
                              f"Received: no_decay_names={no_decay_names!r}")
         self.momentum = float(momentum)
         self.l2_weight_decay = float(weight_decay)
-        self.no_decay_names = tuple(no_decay_names)
+        self.no_decay_names = tuple(names)
 
     def build(self, variables):
         if self.built:
@@ -147,3 +148,9 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
         config.update({"momentum": self.momentum, "weight_decay": self.l2_weight_decay,
                        "no_decay_names": list(self.no_decay_names)})
         return config
+
+
+# Keras may have been imported while this module was (the package registers its classes then): finish that.
+import keras_attnconv  # noqa: E402
+
+keras_attnconv._finish_registration("optim")

@@ -121,13 +121,15 @@ def compile_for_fine_tuning(model, total_steps, learning_rate=0.1, **compile_kwa
     """Compiles a pruned model to continue training with the learning rate divided by 10 (Appendix E).
 
     Uses the Table 2 optimiser (`CoupledWeightDecaySGD`, momentum 0.9, weight
-    decay 1e-4) with a cosine decay from ``learning_rate / 10`` over
-    `total_steps` and no warm-up.
+    decay 1e-4, none on the centers and spreads as in the official code) with
+    a cosine decay from ``learning_rate / 10`` over `total_steps` and no warm-up.
     """
+    from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
     from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
 
     schedule = WarmupCosineDecay(learning_rate / 10, total_steps=total_steps, warmup_steps=0)
     compile_kwargs.setdefault("loss", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     compile_kwargs.setdefault("metrics", ["accuracy"])
-    model.compile(optimizer=CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4), **compile_kwargs)
+    optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4, no_decay_names=CENTER_AND_SPREAD_WEIGHTS)
+    model.compile(optimizer=optimizer, **compile_kwargs)
     return model

@@ -17,9 +17,11 @@ class FanInUniform(keras.initializers.RandomUniform):
     every linear layer of its models starts this way.
 
     Args:
-        fan_in: the inputs of the product the weight takes part in; None means ``shape[0]``
-            (a Dense kernel, ``(inputs, units)``). Weights whose shape does not show it (a bias,
-            a per-head kernel) get it from their layer through `initializer_for`.
+        fan_in: the inputs of the product the weight takes part in; None means the product
+            of all but the last dimension, as PyTorch counts it for a kernel (a Dense kernel
+            ``(inputs, units)``: inputs; a convolution's ``(kh, kw, in, out)``: ``kh kw in``).
+            Weights whose shape does not show it (a bias, a per-head kernel) get it from their
+            layer through `initializer_for`.
         seed: as for Keras' initializers.
 
     Example:
@@ -33,7 +35,11 @@ class FanInUniform(keras.initializers.RandomUniform):
         super().__init__(seed=seed)
 
     def __call__(self, shape, dtype=None):
-        bound = 1.0 / math.sqrt(self.fan_in or shape[0])
+        fan_in = self.fan_in or (math.prod(shape[:-1]) if len(shape) >= 2 else 0)
+        if not fan_in:
+            raise ValueError("FanInUniform needs a `fan_in` for a weight whose shape does not show one (a bias, "
+                             f"a scalar, an empty dimension). Received: shape={tuple(shape)}, fan_in={self.fan_in}")
+        bound = 1.0 / math.sqrt(fan_in)
         return keras.random.uniform(shape, -bound, bound, dtype=dtype, seed=self.seed)
 
     def get_config(self):

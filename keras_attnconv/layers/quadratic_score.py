@@ -68,6 +68,10 @@ class QuadraticScore(PositionScore):
         else:
             get_initializer("alpha_initializer", alpha_initializer)
         self.alpha_initializer = alpha_initializer
+        if width == "spread" and alpha_initializer != 0.5:
+            raise ValueError("`alpha_initializer` applies to width='alpha'; with width='spread' the spreads start "
+                             "at 1 + N(0, sigma_init_stddev^2) (alpha about 0.5). Received: "
+                             f"alpha_initializer={alpha_initializer!r}, width='spread'")
 
     def build(self, input_shape):
         super().build(input_shape)

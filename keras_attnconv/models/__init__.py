@@ -24,3 +24,9 @@ __all__ = [
     "get_paper_figures",
     "list_models",
 ]
+
+
+# Keras may have been imported while this module was (the package registers its classes then): finish that.
+import keras_attnconv  # noqa: E402
+
+keras_attnconv._finish_registration("models")
