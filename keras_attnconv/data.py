@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attnconv.utils import did_you_mean
+from keras_attnconv.recipe import NORMALIZATIONS
+from keras_attnconv.utils import check_choice, did_you_mean
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # Per-channel statistics of the training sets (pixels scaled to [0, 1]).
@@ -74,17 +75,14 @@ def dataset_info(name):
     raise ValueError(_unknown_dataset_message(name))
 
 
-def pixel_statistics(info, normalization="official"):
+def pixel_statistics(info, normalization):
     """``(mean, std)`` a model trained on a dataset (`DatasetInfo`) normalises with.
 
     ``"official"``: the official code's constants (`OFFICIAL_MEAN`, `OFFICIAL_STD`) whatever the dataset,
     as the paper's runs had them; ``"dataset"``: the dataset's own statistics (`DatasetInfo.mean`, `.std`).
     """
-    if normalization == "official":
-        return OFFICIAL_MEAN, OFFICIAL_STD
-    if normalization == "dataset":
-        return info.mean, info.std
-    raise ValueError(f"`normalization` must be 'official' or 'dataset'. Received: normalization={normalization!r}")
+    check_choice("normalization", normalization, NORMALIZATIONS)
+    return (OFFICIAL_MEAN, OFFICIAL_STD) if normalization == "official" else (info.mean, info.std)
 
 
 def _unknown_dataset_message(name):

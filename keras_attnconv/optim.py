@@ -26,7 +26,7 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
     With `steps_per_epoch`, the rate is held for a whole epoch at its value
     on the epoch's first step, as the official code sets it (once per
     epoch, ``scheduler.step(global_step)``): its first epoch runs at 0.
-    `official_schedule` gives that code's schedule for a run.
+    `run_schedule` gives that code's schedule for a run.
 
     Args:
         peak_learning_rate: float > 0.

@@ -55,7 +55,7 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     model, metadata = from_preset(run / "preset"), load_preset_metadata(run / "preset")
     info = dataset_info(small_npz)
     assert model.name == "quadratic_tiny" and model.class_names == info.class_names
-    mean, std = pixel_statistics(info, config.normalization)  # the official constants, the recipes' default
+    mean, std = pixel_statistics(info, config.normalization)  # the plain default: the dataset's own statistics
     assert (model.config.pixel_mean, model.config.pixel_std, model.config.image_size) == (mean, std, 8)
     best = json.loads((run / "checkpoints" / "best.json").read_text())
     assert metadata["metrics"]["epoch"] == best["epoch"]

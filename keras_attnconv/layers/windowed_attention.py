@@ -281,13 +281,12 @@ class WindowedAttention:
         query_slots = neighbourhood.query_index.size
         fold = self._folds_queries((1, height * width, channels), neighbourhood)
         queries_needed = self.use_content_content or self.use_content_position
+        keys_needed = self.use_content_content or self.use_key_bias
         linear = query_slots * heads * channels * self.output_dim  # the merged value/output kernel
         attention = neighbourhood.tile_pairs * heads * channels  # probabilities x the input region
         if queries_needed and not fold:
             linear += query_slots * channels * heads * key_dim
-        if not (self.use_content_content or self.use_key_bias):
-            pass
-        elif self._keys_from_inputs():
+        if keys_needed and self._keys_from_inputs():
             if self.use_content_content:
                 linear += query_slots * heads * channels * (channels if fold else key_dim)  # q Wk^T
                 attention += neighbourhood.tile_pairs * heads * channels
@@ -295,7 +294,7 @@ class WindowedAttention:
                 attention += tiles * region * channels * heads
             if self.key_bias is not None and self.use_content_content:
                 attention += query_slots * heads * (channels if fold else key_dim)
-        else:
+        elif keys_needed:
             linear += height * width * channels * heads * key_dim
             if self.use_content_content:
                 attention += neighbourhood.tile_pairs * heads * key_dim
