@@ -37,8 +37,8 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     recipe_values = load_recipe(recipe, **overrides)
     configs = {name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
                for name in models}
-    for config in configs.values():
-        check_run(config)
+    first, *others = models
+    check_run(configs[first], models=others)  # the data once, then each model's configuration
     rows = []
     for name, config in configs.items():
         finished = finished_run(config)

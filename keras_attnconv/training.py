@@ -190,6 +190,7 @@ def run_lock(run_dir):
 class _Plan:
     """What a run needs, computed and checked before anything is written."""
 
+    dataset: object  # DatasetInfo
     model_fields: dict
     eval_split: str
     train_batches: object
@@ -200,14 +201,11 @@ class _Plan:
     replicas: int
 
 
-def _plan(config):
-    """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
-    from keras_attnconv.data import dataset_info, load_arrays, pixel_statistics
-    from keras_attnconv.input_pipeline import ArrayBatches
+def _model_fields(config, info):
+    """The model's configuration fields for `config` on a dataset (`DatasetInfo`), checked; loads no data."""
+    from keras_attnconv.data import pixel_statistics
     from keras_attnconv.models import get_model_config
-    from keras_attnconv.optim import run_schedule
 
-    info = dataset_info(config.dataset)
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
     for field, value in from_dataset.items():
         if field in config.model_overrides and config.model_overrides[field] != value:
@@ -217,6 +215,17 @@ def _plan(config):
     model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": mean, "pixel_std": std,
                     **config.model_overrides}
     get_model_config(config.model, **model_fields)
+    return model_fields
+
+
+def _plan(config):
+    """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
+    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.input_pipeline import ArrayBatches
+    from keras_attnconv.optim import run_schedule
+
+    info = dataset_info(config.dataset)
+    model_fields = _model_fields(config, info)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
     train_batches = ArrayBatches(*load_arrays(config.dataset, "train", **data_args), augment=True, shuffle=True,
@@ -231,7 +240,8 @@ def _plan(config):
     if config.batch_size % replicas:
         raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
                          f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
-    return _Plan(model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas)
+    return _Plan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
+                 replicas)
 
 
 def _work_around_keras_multi_worker(model, strategy, batch):
@@ -282,9 +292,16 @@ def _logging_callbacks(run_dir):
     return callbacks
 
 
-def check_run(config):
-    """Checks everything `train` checks before it writes (dataset, model configuration, schedule, strategy)."""
-    _plan(config)
+def check_run(config, *, models=()):
+    """Checks everything `train` checks before it writes (dataset, model configuration, schedule, strategy).
+
+    Each name of `models` is checked too, as `config` with that model: the
+    data, schedule and strategy, which do not depend on the model, are loaded
+    and checked once (a comparison trains several models on the same data).
+    """
+    plan = _plan(config)
+    for name in models:
+        _model_fields(dataclasses.replace(config, model=name), plan.dataset)
 
 
 def train(config):

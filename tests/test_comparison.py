@@ -69,3 +69,33 @@ def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, b
     with pytest.raises((ValueError, OSError), match=message):
         compare_models(recipe, models=MODELS, output=output, runs_dir=str(tmp_path / "runs"), **bad)
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypatch):
+    """The checks before training load each split once, not once per model, and still check every model."""
+    from keras_attnconv import data, models, training
+
+    class Checked(Exception):
+        pass
+
+    loaded, checked = [], []
+    load_arrays, get_model_config = data.load_arrays, models.get_model_config
+
+    def recording_load_arrays(name, split, **kwargs):
+        loaded.append(split)
+        return load_arrays(name, split, **kwargs)
+
+    def recording_get_model_config(name, **fields):
+        checked.append(name)
+        return get_model_config(name, **fields)
+
+    def stop_at_training(config):
+        raise Checked
+
+    monkeypatch.setattr(data, "load_arrays", recording_load_arrays)
+    monkeypatch.setattr(models, "get_model_config", recording_get_model_config)
+    monkeypatch.setattr(training, "train", stop_at_training)
+    with pytest.raises(Checked):
+        compare_models(recipe, models=MODELS, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
+    assert sorted(loaded) == ["test", "train"]
+    assert checked == list(MODELS)
