@@ -64,18 +64,19 @@ def __dir__():
 
 
 _registration_pending = False
+_finished_modules = set()  # registering modules whose whole body has run (they called `_finish_registration`)
 
 
-def _register_keras_classes(finished=None):
+def _register_keras_classes():
     """Imports the modules whose classes are registered with ``keras.saving.register_keras_serializable``.
 
     When Keras is first imported by one of those modules while it is itself being imported
-    (``from keras_attnconv.layers import ...`` as the first import), the others cannot be
-    imported yet: the registration waits until that module has finished (`_finish_registration`).
+    (``from keras_attnconv.layers import ...`` as the first import), that module cannot be
+    imported again yet: the registration waits until it has finished (`_finish_registration`).
+    A module that failed to import is no longer in ``sys.modules`` and holds nothing up.
     """
     global _registration_pending
-    if any(getattr(getattr(sys.modules.get(f"keras_attnconv.{module}"), "__spec__", None), "_initializing", False)
-           for module in _SUBMODULES if module != finished):
+    if any(f"keras_attnconv.{module}" in sys.modules and module not in _finished_modules for module in _SUBMODULES):
         _registration_pending = True
         return
     _registration_pending = False
@@ -88,9 +89,10 @@ def _register_keras_classes(finished=None):
 
 
 def _finish_registration(module):
-    """Called at the end of each registering `module` (its whole body has run): the registration that had to wait."""
+    """Called at the end of each registering `module`: its whole body has run; the registration that had to wait."""
+    _finished_modules.add(module)
     if _registration_pending:
-        _register_keras_classes(finished=module)
+        _register_keras_classes()
 
 
 class _RegisterAfterKerasImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

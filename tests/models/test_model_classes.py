@@ -53,16 +53,19 @@ np.save(sys.argv[2], keras.ops.convert_to_numpy(model(np.load(sys.argv[3]))))
 
 
 @pytest.mark.parametrize("imports", ["import keras_attnconv, keras", "import keras\nimport keras_attnconv",
-                                     # a submodule first: Keras is imported while the package's layers are
-                                     "from keras_attnconv.layers import QuadraticScore\nimport keras"])
+                                     # a submodule first: Keras is imported while that module (and, for
+                                     # models, the layers it imports) is still being imported
+                                     "from keras_attnconv.layers import QuadraticScore\nimport keras",
+                                     "from keras_attnconv.models import build_model\nimport keras",
+                                     "from keras_attnconv.optim import WarmupCosineDecay\nimport keras"])
 def test_a_keras_file_reloads_after_a_plain_import_in_either_order(imports, tmp_path):
     model = build_model("quadratic_tiny", seed=0, class_names=[f"c{i}" for i in range(10)],
                         pixel_std=(0.3, 0.3, 0.3), **SMALL)
     model.save(tmp_path / "model.keras")
     np.save(tmp_path / "pixels.npy", pixels())
     script = textwrap.dedent(RELOAD.format(imports=imports))
-    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script, str(tmp_path / "model.keras"), str(tmp_path / "out.npy"),
-                             str(tmp_path / "pixels.npy")], capture_output=True, text=True, timeout=300,
+    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script, str(tmp_path / "model.keras"),
+                             str(tmp_path / "out.npy"), str(tmp_path / "pixels.npy")], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["AttentionClassifier", "quadratic_tiny", "c0", "0.3"]
