@@ -89,5 +89,22 @@ def markdown_table(results):
             f"| {100 * row['eval_accuracy']:.1f}% | {'-' if best is None else f'{100 * best:.1f}%'} "
             f"| {row['train_images_per_second']:.0f} | {row['wall_seconds'] / 60:.1f} min |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _twins_table(results["rows"])) + "\n"
+
+
+def _twins_table(rows):
+    """Each local model (``<name>_local...``) beside its global twin (the same name without ``_local``), if both ran."""
+    by_model = {row["model"]: row for row in rows}
+    pairs = [(row, by_model[row["model"].replace("_local", "")]) for row in rows
+             if "_local" in row["model"] and row["model"].replace("_local", "") in by_model]
+    if not pairs:
+        return []
+    lines = ["", "Each local model beside its global twin (the same model without a window), same recipe and seed:", "",
+             "| model | accuracy | train images/s | global twin | twin's accuracy | twin's train images/s |",
+             "|---|---|---|---|---|---|"]
+    for local, twin in pairs:
+        lines.append(f"| `{local['model']}` | {100 * local['eval_accuracy']:.1f}% "
+                     f"| {local['train_images_per_second']:.0f} | `{twin['model']}` "
+                     f"| {100 * twin['eval_accuracy']:.1f}% | {twin['train_images_per_second']:.0f} |")
+    return lines
 

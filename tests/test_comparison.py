@@ -99,3 +99,19 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
         compare_models(recipe, models=MODELS, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
     assert sorted(loaded) == ["test", "train"]
     assert checked == list(MODELS)
+
+
+def test_the_table_sets_each_local_model_beside_its_global_twin():
+    from keras_attnconv.comparison import markdown_table
+
+    def row(model, accuracy, speed):
+        return {"model": model, "description": model, "trainable_parameters": 1000, "eval_accuracy": accuracy,
+                "best_val_accuracy": accuracy, "train_images_per_second": speed, "wall_seconds": 60}
+
+    results = {"recipe": "r.toml", "dataset": "d", "epochs": 1, "precision": "float32", "seed": 0,
+               "eval_split": "validation", "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
+               "rows": [row("a_tiny", 0.25, 200), row("a_local_tiny", 0.3, 100), row("b_local_tiny", 0.2, 50)]}
+    table = markdown_table(results)
+    assert "| `a_local_tiny` | 30.0% | 100 | `a_tiny` | 25.0% | 200 |" in table
+    assert "`b_local_tiny` | 20.0% | 50 | `" not in table  # no twin ran: no pair
+    assert "twin" not in markdown_table({**results, "rows": results["rows"][:1]})
