@@ -95,8 +95,8 @@ def markdown_table(results):
 def _twins_table(rows):
     """Each local model (``<name>_local...``) beside its global twin (the same name without ``_local``), if both ran."""
     by_model = {row["model"]: row for row in rows}
-    pairs = [(row, by_model[row["model"].replace("_local", "")]) for row in rows
-             if "_local" in row["model"] and row["model"].replace("_local", "") in by_model]
+    twins = {row["model"]: row["model"].replace("_local", "") for row in rows if "_local" in row["model"]}
+    pairs = [(by_model[local], by_model[twin]) for local, twin in twins.items() if twin in by_model]
     if not pairs:
         return []
     lines = ["", "Each local model beside its global twin (the same model without a window), same recipe and seed:", "",

@@ -130,6 +130,7 @@ def compile_for_fine_tuning(model, total_steps, learning_rate=0.1, **compile_kwa
     schedule = WarmupCosineDecay(learning_rate / 10, total_steps=total_steps, warmup_steps=0)
     compile_kwargs.setdefault("loss", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     compile_kwargs.setdefault("metrics", ["accuracy"])
-    optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4, no_decay_names=CENTER_AND_SPREAD_WEIGHTS)
+    optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4,
+                                      no_decay_names=CENTER_AND_SPREAD_WEIGHTS)
     model.compile(optimizer=optimizer, **compile_kwargs)
     return model

@@ -137,10 +137,10 @@ def load_recipe(path, **overrides):
             from error
     overrides = {k: v for k, v in overrides.items() if v is not None}
     same_model = overrides.get("model", values.get("model")) == values.get("model")
-    if same_model and isinstance(overrides.get("model_overrides"), dict) and isinstance(values.get("model_overrides"),
-                                                                                      dict):
+    given, recipes = overrides.get("model_overrides"), values.get("model_overrides")
+    if same_model and isinstance(given, dict) and isinstance(recipes, dict):
         # A table given on the command line adds to the recipe's, key by key, as TOML tables merge; for
         # another model it replaces it (the recipe's fields are its own model's).
-        overrides["model_overrides"] = {**values["model_overrides"], **overrides["model_overrides"]}
+        overrides["model_overrides"] = {**recipes, **given}
     values.update(overrides)
     return TrainConfig.from_dict(values, source=f"recipe ({path})")

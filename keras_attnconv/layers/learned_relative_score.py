@@ -4,9 +4,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
-from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.validation import get_initializer, independent
 from keras_attnconv.utils import check_positive_int
 

@@ -5,10 +5,10 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.attention_span import AttentionSpan
+from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import get_position_score
-from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate

@@ -92,8 +92,8 @@ _REGISTRY = {
                               PaperFigures("(small CPU variant of ResNet)", source="ours")),
 }
 for _name in ("quadratic", "gaussian", "learned", "learned_content", "learned_content_official", "siren",
-              "quadratic_span", "learned_span", "absolute_learned", "absolute_sinusoid", "learned_content_local", "absolute_learned_local",
-              "quadratic_span_local"):
+              "quadratic_span", "learned_span", "absolute_learned", "absolute_sinusoid", "learned_content_local",
+              "absolute_learned_local", "quadratic_span_local"):
     _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
     if _config.position_embedding_dim:
         _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)

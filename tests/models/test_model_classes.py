@@ -65,7 +65,8 @@ def test_a_keras_file_reloads_after_a_plain_import_in_either_order(imports, tmp_
     np.save(tmp_path / "pixels.npy", pixels())
     script = textwrap.dedent(RELOAD.format(imports=imports))
     result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script, str(tmp_path / "model.keras"),
-                             str(tmp_path / "out.npy"), str(tmp_path / "pixels.npy")], capture_output=True, text=True, timeout=300,
+                             str(tmp_path / "out.npy"), str(tmp_path / "pixels.npy")],
+                            capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["AttentionClassifier", "quadratic_tiny", "c0", "0.3"]
