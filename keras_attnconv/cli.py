@@ -27,11 +27,12 @@ def _describe_default(field):
 
 
 def _parse_value(text):
-    """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings."""
+    """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings; none is None."""
     from keras_attnconv.recipe import toml_module
+    from keras_attnconv.utils import none_word
 
     tomllib = toml_module()
-    if text.lower() in ("none", "null"):
+    if none_word(text) is None:
         return None
     try:
         return tomllib.loads(f"value = {text}")["value"]
@@ -99,11 +100,12 @@ def _plot(args):
     import matplotlib
 
     matplotlib.use("Agg")
-    from keras_attnconv.presets import is_preset
+    from keras_attnconv.run_directory import RunDirectory
     from keras_attnconv.viz import run_figures
 
     figures = run_figures(args.source)
-    default = Path("figures") if is_preset(args.source) else Path(args.source) / "figures"
+    run = RunDirectory(args.source)
+    default = run.figures_dir if run.is_ours() else Path("figures")
     out = Path(args.output) if args.output else default
     for name, figure in figures.items():
         out.mkdir(parents=True, exist_ok=True)
@@ -154,7 +156,7 @@ def _bench(args):
 def _compare(args):
     from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
 
-    overrides = {"epochs": args.epochs, "verbose": 0, "runs_dir": args.runs_dir}
+    overrides = {"verbose": 0, "runs_dir": args.runs_dir, **({"epochs": args.epochs} if args.epochs else {})}
     models = args.models.split(",") if args.models is not None else ENCODINGS
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
@@ -215,7 +217,7 @@ def build_parser():
     serving = add("serve", help="choose the version of a SavedModel that models.config serves (TF Serving)")
     serving.add_argument("name", help="the model's directory name under the export root")
     serving.add_argument("version", type=int, help="an exported version of it")
-    serving.add_argument("--export-dir", default="saved_models", help="export root (default: saved_models)")
+    serving.add_argument("--export-dir", help="export root (default: saved_models)")
     serving.set_defaults(handler=_serve)
 
     plotting = add("plot", help="write the attention figures of a training run or a preset as PNG")

@@ -27,7 +27,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     with the same settings has finished (a comparison run again after a
     crash) is not trained again: its run's metrics are taken.
     """
-    from keras_attnconv.training import check_run, finished_metrics, finished_run, load_recipe, train
+    from keras_attnconv.training import check_run, finished_run, load_recipe, train
 
     if isinstance(models, str) or not models or not all(isinstance(name, str) and name for name in models):
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
@@ -43,7 +43,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     for name, config in configs.items():
         finished = finished_run(config)
         if finished is not None:
-            metrics = finished_metrics(finished)
+            metrics = finished.finished_metrics()
         else:
             metrics = train(config)
         rows.append({

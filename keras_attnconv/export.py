@@ -20,62 +20,39 @@ The models take the raw pixels and normalise them themselves, so every format
 takes uint8 images. A model trained in mixed precision is exported as its
 float32 copy.
 
-Each version directory is written under a hidden staging name
-(`keras_attnconv.staging`) and renamed onto its number at the end, so a
-server never sees half an export. The rename is also how a version number is
-claimed: concurrent exports of one model end on distinct versions, and an
-existing version is never overwritten. Staging directories left by killed
-exports are removed by the next export.
-
-``models.config`` (TF Serving's ``--model_config_file``) lists every
-SavedModel model under the export root, each with the one version it serves
-(``model_version_policy { specific { versions: N } }``). Publishing a version
-does not change the served one: a model's first version is served when it
-appears, and `set_served_version` (``attnconv serve``, or ``attnconv export
---serve``) moves it.
+Where each export goes, its version number, and TF Serving's ``models.config``
+(merged, never rewritten) are the export root's (`export_root.ExportRoot`):
+a version is written under a hidden staging name and renamed onto its number,
+never overwritten, and publishing a version does not change the version TF
+Serving serves (a model's first version is served when it appears;
+`set_served_version`, ``attnconv serve`` or ``attnconv export --serve`` moves it).
 """
 
-import errno
 import json
-import os
-import re
 import shutil
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_attnconv.presets import check_zoo_model, from_preset, load_preset_metadata, model_metadata, preset_of
-from keras_attnconv.staging import new_staging, remove_stale_staging
-from keras_attnconv.utils import check_choice, check_writable, file_lock, write_atomically
+from keras_attnconv.export_root import (
+    DEFAULT_EXPORT_DIRS,
+    FORMATS,
+    MODELS_CONFIG,
+    VERSION_FILES,
+    ExportRoot,
+    check_serving_name,
+    check_version,
+)
+from keras_attnconv.presets import check_zoo_model, from_preset, load_preset_metadata, model_metadata
+from keras_attnconv.run_directory import preset_of
+from keras_attnconv.utils import check_bool
 
-FORMATS = ("saved_model", "onnx", "litert")
-#: The export root of each format when none is given.
-DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "onnx": "onnx_models", "litert": "litert_models"}
-#: The file that makes a version directory a version of each format.
-VERSION_FILES = {"saved_model": "saved_model.pb", "onnx": "model.onnx", "litert": "model.tflite"}
+__all__ = ["DEFAULT_EXPORT_DIRS", "FORMATS", "MODELS_CONFIG", "ExportRoot", "check_serving_name", "check_version",
+           "export_model", "export_registered", "export_source", "served_version", "set_served_version"]
+
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_BATCH_SIZES = (1, 8)
-MODELS_CONFIG = "models.config"
-SERVING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-def export_root(export_dir, format="saved_model"):
-    """The export root: `export_dir`, or the format's default (`DEFAULT_EXPORT_DIRS`) when it is None."""
-    return Path(export_dir or DEFAULT_EXPORT_DIRS[format])
-
-
-def check_serving_name(name, argument="serving_name"):
-    """Raises ValueError unless `name` is a plain directory name: never a path, never hidden."""
-    if not isinstance(name, str) or not SERVING_NAME.fullmatch(name) or len(name) > 200:
-        raise ValueError(f"`{argument}` must be a name of letters, digits, '_', '-' and '.', starting with a letter "
-                         f"or digit (never a path). Received: {argument}={name!r}")
-    return name
-
-
-def check_version(version):
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        raise ValueError(f"`version` must be a positive integer or None. Received: version={version!r}")
 
 
 def float32_copy(model):
@@ -83,67 +60,11 @@ def float32_copy(model):
     return model if model.dtype_policy.name == "float32" else model.with_config(dtype="float32")
 
 
-def next_version(model_dir):
-    """1 + the largest numeric version under `model_dir` (1 if none)."""
-    versions = [int(p.name) for p in Path(model_dir).glob("*") if p.is_dir() and p.name.isdigit()]
-    return max(versions, default=0) + 1
-
-
-def _versions(model_dir, format):
-    """The version numbers under `model_dir` that hold an export of `format`, ascending."""
-    return sorted(int(p.name) for p in Path(model_dir).iterdir()
-                  if p.is_dir() and p.name.isdigit() and (p / VERSION_FILES[format]).exists())
-
-
-def _check_one_format(model_dir, format):
-    """A model directory holds versions of one format: a server of one must not meet the other."""
-    if not model_dir.is_dir():
-        return
-    for other in FORMATS:
-        if other != format and _versions(model_dir, other):
-            raise ValueError(f"{model_dir} holds {other} versions: export {format} to another export_dir "
-                             f"(default {DEFAULT_EXPORT_DIRS[format]!r}). Received: format={format!r}")
-
-
 def require_tensorflow_backend():
     """Raises RuntimeError unless Keras runs on TensorFlow: every format is traced by TensorFlow."""
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(f"Export traces the model with TensorFlow and needs the TensorFlow backend; Keras runs on "
                            f"{keras.backend.backend()!r}. Run it as KERAS_BACKEND=tensorflow attnconv export ...")
-
-
-def _check_writable(export_dir, *subdirs):
-    """Fails before any work if a version or ``models.config`` could not be written."""
-    for path in (Path(export_dir), *subdirs):
-        check_writable(path, "export_dir")
-
-
-def _version_exists(target, version):
-    return FileExistsError(f"{target} exists: versions are never overwritten. Pass another `version`, "
-                           f"or version=None for the next free one. Received: version={version}")
-
-
-def _publish(staging, model_dir, version, info, metadata_path):
-    """Renames the complete `staging` directory onto its version number; returns the version directory.
-
-    The rename is the atomic claim of the number: when two exports pick the
-    same next version, the second rename fails (the first one's directory is
-    not empty) and, with ``version=None``, moves on to the next number.
-    """
-    candidate = next_version(model_dir) if version is None else version
-    while True:
-        target = model_dir / str(candidate)
-        info["version"] = candidate  # metadata.json names the version, so it is written per try
-        (staging / metadata_path).write_text(json.dumps(info, indent=2) + "\n")
-        try:
-            os.rename(staging, target)  # atomic: a server sees all of the version or none of it
-            return target
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                raise
-            if version is not None:
-                raise _version_exists(target, version) from None
-            candidate += 1
 
 
 def _serving_function(model):
@@ -264,102 +185,61 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
         All are raised before any work; nothing is written.
     """
     check_zoo_model(model)
-    check_choice("format", format, FORMATS)
+    root = ExportRoot(export_dir, format)
     name = check_serving_name(serving_name) if serving_name is not None else check_serving_name(model.name, "name")
-    check_version(version)
+    for flag, value in (("serve", serve), ("jit_compile", jit_compile), ("warmup", warmup)):
+        check_bool(flag, value)
     if format != "saved_model" and (serve or jit_compile):
         raise ValueError(f"`serve` and `jit_compile` apply to SavedModels. Received: format={format!r}")
-    export_dir = export_root(export_dir, format)
-    model_dir = export_dir / name
     require_tensorflow_backend()
-    _check_writable(export_dir, model_dir)
-    _check_one_format(model_dir, format)
-    if version is not None and (model_dir / str(version)).exists():
-        raise _version_exists(model_dir / str(version), version)  # fail before the work; rechecked at publication
-    if format == "saved_model":
-        _read_models_config(export_dir / MODELS_CONFIG)  # one TF Serving cannot read: an error before the work
+    root.check(name)
+    root.check_new_version(name, version)  # fail before the work; rechecked at publication
     json.dumps(metadata)  # not serializable: TypeError before the work
 
     exported = float32_copy(model)
-    remove_stale_staging(model_dir)
-    staging = new_staging(model_dir)
+    root.claim()
+    staging = root.new_staging(name)
     info = {**(metadata or {}), **model_metadata(exported), "config": exported.get_config(), "serving_name": name,
             "format": format, "version": None}
+    if format == "saved_model":
+        metadata_path = Path("assets.extra") / "metadata.json"
+    else:
+        metadata_path = Path("metadata.json")
+
+    def write_metadata(directory, number):
+        info["version"] = number
+        (directory / metadata_path).write_text(json.dumps(info, indent=2) + "\n")
+
     try:
         if format == "saved_model":
             info["signature"] = _write_saved_model(exported, staging, name, jit_compile, warmup)
             info["jit_compile"] = jit_compile
-            metadata_path = Path("assets.extra") / "metadata.json"
         else:
             info["signature"] = _write_single_file(exported, staging, format, {
                 "model": exported.name, "serving_name": name, "preprocessing": exported.preprocessing})
-            metadata_path = Path("metadata.json")
-        target = _publish(staging, model_dir, version, info, metadata_path)
+        target = root.publish(staging, name, version, write_metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if format == "saved_model":
-        write_models_config(export_dir, base_path=base_path, serve={name: int(target.name)} if serve else None)
+        root.update_models_config(base_path=base_path, serve={name: int(target.name)} if serve else None)
     return target
-
-
-def _read_models_config(path):
-    """{name: served version} of an existing ``models.config`` (TF Serving's ModelServerConfig text)."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    if not path.exists():
-        return {}
-    try:
-        config = text_format.Parse(path.read_text(), model_server_config_pb2.ModelServerConfig())
-    except (text_format.ParseError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not a TF Serving model config ({error}): fix or remove it. "
-                         f"Received: {path}") from None
-    return {entry.name: max(entry.model_version_policy.specific.versions, default=None)
-            for entry in config.model_config_list.config}
-
-
-def write_models_config(export_dir, base_path="/models", serve=None):
-    """Rewrites ``models.config``: every SavedModel model under `export_dir`, each serving one version.
-
-    A model keeps the version it served (a version no longer on disk: its
-    newest); a model new to the config serves its first version; `serve`
-    ({name: version}) moves those models to those versions. The file is
-    written with TF Serving's own ModelServerConfig message, under a lock, so
-    concurrent exports never lose an entry. Returns the path.
-    """
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    export_dir = Path(export_dir)
-    path = export_dir / MODELS_CONFIG
-    with file_lock(export_dir / f".{MODELS_CONFIG}.lock"):
-        served = {**_read_models_config(path), **(serve or {})}
-        config = model_server_config_pb2.ModelServerConfig()
-        for model_dir in sorted(p for p in export_dir.iterdir() if p.is_dir() and SERVING_NAME.fullmatch(p.name)):
-            versions = _versions(model_dir, "saved_model")
-            if not versions:
-                continue
-            entry = config.model_config_list.config.add(name=model_dir.name, base_path=f"{base_path}/{model_dir.name}",
-                                                        model_platform="tensorflow")
-            version = served.get(model_dir.name, versions[0])  # new to the config: its first version
-            entry.model_version_policy.specific.versions.append(version if version in versions else versions[-1])
-        write_atomically(path, lambda tmp: tmp.write_text(text_format.MessageToString(config)))
-    return path
 
 
 def served_version(export_dir, name):
     """The version of `name` that ``models.config`` under `export_dir` serves (None if it lists no such model)."""
-    return _read_models_config(Path(export_dir) / MODELS_CONFIG).get(name)
+    return ExportRoot(export_dir).served_version(name)
 
 
 def set_served_version(export_dir, name, version, base_path="/models"):
-    """Makes ``models.config`` serve `version` of the SavedModel `name` under `export_dir`; returns its path."""
+    """Makes ``models.config`` serve `version` of the SavedModel `name` under `export_dir`; returns its path.
+
+    Every other entry and field of ``models.config`` stays as it was.
+    """
+    root = ExportRoot(export_dir)
     check_serving_name(name, "name")
-    check_version(version)
-    if version is None or not (Path(export_dir) / name / str(version) / VERSION_FILES["saved_model"]).exists():
-        raise FileNotFoundError(f"{Path(export_dir) / name / str(version)} holds no SavedModel to serve. "
-                                f"Received: name={name!r}, version={version!r}")
-    return write_models_config(export_dir, base_path=base_path, serve={name: version})
+    check_version(version, allow_none=False)
+    root.check()
+    return root.update_models_config(base_path=base_path, serve={name: version})
 
 
 def paper_configurations():
@@ -371,7 +251,7 @@ def paper_configurations():
 
 def export_source(source, export_dir=None, **kwargs):
     """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`."""
-    _check_writable(export_root(export_dir, kwargs.get("format", "saved_model")))  # before loading
+    ExportRoot(export_dir, kwargs.get("format", "saved_model")).check()  # before loading
     preset = preset_of(source)
     metadata = {**load_preset_metadata(preset), "source": str(preset.resolve()), **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
@@ -382,7 +262,7 @@ def export_registered(name, export_dir=None, **kwargs):
     from keras_attnconv.models import build_model, get_model_config
 
     get_model_config(name)  # an unknown name fails here, before any work
-    _check_writable(export_root(export_dir, kwargs.get("format", "saved_model")))
+    ExportRoot(export_dir, kwargs.get("format", "saved_model")).check()
     metadata = {"weights": "initial (untrained): built by build_model, not trained",
                 **(kwargs.pop("metadata", None) or {})}
     return export_model(build_model(name, dtype="float32"), export_dir, metadata=metadata, **kwargs)

@@ -11,23 +11,29 @@ A preset directory holds:
   names), the Keras and keras_attnconv versions, the date, and what the saver
   adds (``attnconv train``: the recipe and the metrics of these exact weights).
 
-A preset is written under a hidden staging name beside its directory
-(`keras_attnconv.staging`) and renamed into place when complete, so a reader
-never sees half of one, and a preset is never overwritten unless asked.
+- ``.keras_attnconv.json``: the mark that makes it a preset of the package
+  (`keras_attnconv.ownership`).
+
+This module is the preset directory's one owner. A preset is written under a
+hidden staging name beside its directory (`keras_attnconv.staging`), its
+``metadata.json`` last, and renamed into place when complete, so a reader
+never sees half of one. A preset is replaced only when asked
+(``overwrite=True``) and only a preset: any other directory is an error naming
+what it holds, and nothing is changed.
 """
 
 import datetime
 import errno
 import json
 import os
-import shutil
 from pathlib import Path
 
 import keras
 
 from keras_attnconv.models import ImageClassifier
-from keras_attnconv.staging import new_staging, remove_stale_staging
-from keras_attnconv.utils import check_free_space
+from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, write_mark
+from keras_attnconv.staging import exchange, new_staging, remove, remove_stale_staging
+from keras_attnconv.utils import check_bool, check_free_space
 from keras_attnconv.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -57,28 +63,38 @@ def model_metadata(model):
     }
 
 
+KIND = "preset"
+
+
 def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     """Saves `model` (a model of the zoo) as the preset directory `preset_dir`; returns its path.
 
     Args:
         model: an `AttentionClassifier` or `ResNet` (`build_model`, `from_preset`).
         preset_dir: the directory to write; its parent is created if needed.
+            It must be absent, empty, or (with `overwrite`) a preset.
         metadata: JSON-serializable fields added to ``metadata.json`` (e.g.
             ``{"metrics": {...}, "recipe": {...}}``).
-        overwrite: replace an existing preset at `preset_dir`. Otherwise an
-            existing, non-empty `preset_dir` is a FileExistsError, raised
+        overwrite: bool, replace the preset at `preset_dir`. Otherwise an
+            existing preset is a FileExistsError; any other non-empty
+            directory is a `ForeignDirectoryError` either way. Both are raised
             before anything is written.
 
     The preset is complete or absent: it is written beside `preset_dir` under
-    a hidden name and renamed into place. (With `overwrite`, the old preset is
-    renamed away just before: a kill between the two renames leaves both,
-    complete, under hidden names, and none at `preset_dir` until the next save.)
+    a hidden name, ``metadata.json`` last, and renamed into place. With
+    `overwrite`, the old preset and the new one swap names in one atomic step
+    where the system allows it (Linux), so a kill at any moment leaves one of
+    them, whole, at `preset_dir`.
     """
     check_zoo_model(model)
+    check_bool("overwrite", overwrite)
     preset_dir = Path(preset_dir)
+    if preset_dir.is_symlink():  # the preset it points to is the one asked for
+        preset_dir = preset_dir.resolve()
     exists = FileExistsError(f"{preset_dir} exists: pass overwrite=True to replace it. "
                              f"Received: preset_dir={str(preset_dir)!r}")
-    if not overwrite and preset_dir.exists() and (not preset_dir.is_dir() or any(preset_dir.iterdir())):
+    check_owned(preset_dir, KIND, "preset_dir", adopt=_is_earlier_preset)
+    if _is_our_preset(preset_dir) and not overwrite:
         raise exists
     record = {**model_metadata(model), **(metadata or {})}
     json.dumps(record)  # not serializable: TypeError before anything is written
@@ -86,45 +102,63 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     check_free_space(preset_dir.parent, sum(w.nbytes for w in model.get_weights()), f"the preset {preset_dir.name}")
     prefix = f"{preset_dir.name}."
     remove_stale_staging(preset_dir.parent, prefix)
-    staging, retired = new_staging(preset_dir.parent, prefix), None
+    staging = new_staging(preset_dir.parent, prefix)
     try:
+        write_mark(staging, KIND)
         config = keras.saving.serialize_keras_object(model)
         for key in ("compile_config", "build_config"):  # a preset is the model, not its training state
             config.pop(key, None)
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         model.save_weights(staging / WEIGHTS_FILE)
-        (staging / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        if overwrite and preset_dir.exists():
-            retired = new_staging(preset_dir.parent, prefix)
-            os.rename(preset_dir, retired / preset_dir.name)
-        try:
-            os.rename(staging, preset_dir)
-        except OSError as error:  # another save published it meanwhile: the rename never replaces a preset
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                raise
-            raise exists from None
+        (staging / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n")  # last: then it is whole
+        _publish(staging, preset_dir, overwrite, exists)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
+        remove(staging)
     return preset_dir
+
+
+def _publish(staging, preset_dir, overwrite, exists):
+    """Renames the complete `staging` onto `preset_dir`; with `overwrite`, swaps it with the preset there."""
+    if overwrite and _is_our_preset(preset_dir):
+        if exchange(staging, preset_dir):
+            if not _is_our_preset(staging):  # something else took the name meanwhile: give it back
+                exchange(staging, preset_dir)
+                raise ForeignDirectoryError(f"{preset_dir} was replaced by something else during the save; it is "
+                                            f"left as it is. Received: preset_dir={str(preset_dir)!r}")
+            return  # the old preset now has the staging name, which the caller removes
+        # No atomic exchange on this system: the old preset is moved aside first (a kill in between leaves
+        # it, whole, under a hidden name beside `preset_dir`).
+        retired = new_staging(preset_dir.parent, f"{preset_dir.name}.")
+        os.rename(preset_dir, retired / preset_dir.name)
+        os.rename(staging, preset_dir)
+        remove(retired)
+        return
+    try:
+        os.rename(staging, preset_dir)  # onto nothing or an empty directory: never replaces a preset
+    except OSError as error:  # another save published it meanwhile
+        if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+            raise
+        raise exists from None
+
+
+def _is_earlier_preset(path):
+    """Whether an unmarked directory is a preset written by an earlier keras_attnconv (its metadata says so)."""
+    try:
+        record = json.loads((Path(path) / METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return is_preset(path) and isinstance(record, dict) and "keras_attnconv_version" in record
+
+
+def _is_our_preset(path):
+    kind = mark_of(path)
+    return kind == KIND or (kind is None and _is_earlier_preset(path))
 
 
 def is_preset(path):
     """Whether `path` is a preset directory (it has ``config.json`` and ``model.weights.h5``)."""
     path = Path(path)
     return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
-
-
-def preset_of(source):
-    """The preset directory of `source`: a training run directory (its ``preset/``) or a preset directory."""
-    source = Path(source)
-    if is_preset(source / "preset"):
-        return source / "preset"
-    if is_preset(source):
-        return source
-    raise FileNotFoundError(f"{str(source)!r} is neither a finished training run (with preset/) nor a preset "
-                            f"directory (config.json, model.weights.h5). Received: source={str(source)!r}")
 
 
 def _read_json(path, preset):
@@ -164,6 +198,7 @@ def from_preset(preset, *, dtype=None, load_weights=True):
     Only the package's own model classes are loaded, in Keras' safe mode: a
     preset cannot make this function run code.
     """
+    check_bool("load_weights", load_weights)
     _check_preset(preset)
     path = Path(preset)
     config = _read_json(path / CONFIG_FILE, preset)

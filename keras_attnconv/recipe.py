@@ -7,6 +7,7 @@ flag at once, before TensorFlow or JAX loads and before anything is written.
 import dataclasses
 from pathlib import Path
 
+from keras_attnconv.export_root import DEFAULT_EXPORT_DIRS
 from keras_attnconv.precision import check_precision
 from keras_attnconv.utils import (
     check_bool,
@@ -15,6 +16,7 @@ from keras_attnconv.utils import (
     check_positive_int,
     check_real,
     check_seed,
+    none_word,
     plain_numbers,
 )
 
@@ -67,13 +69,15 @@ class TrainConfig:
     steps_per_epoch: "int | None" = None
     runs_dir: str = "runs"
     run_dir: "str | None" = None
-    export_dir: "str | None" = "saved_models"
+    export_dir: "str | None" = DEFAULT_EXPORT_DIRS["saved_model"]
     verbose: int = 1
 
     def __post_init__(self):
+        for field in OPTIONAL_FIELDS:  # "none" in a recipe or on the command line: the value is omitted
+            object.__setattr__(self, field, none_word(getattr(self, field)))
         for field in ("name", "model", "dataset", "runs_dir"):
             _check_text(field, getattr(self, field))
-        for field in ("data_dir", "eval_split", "run_dir", "export_dir"):
+        for field in ("data_dir", "eval_split", "run_dir", "export_dir"):  # the optional text fields
             if getattr(self, field) is not None:
                 _check_text(field, getattr(self, field))
         if "/" in self.name or self.name in (".", ".."):
@@ -108,6 +112,10 @@ class TrainConfig:
         return cls(**values)
 
 
+#: The fields whose value can be omitted (None; "none" in a recipe or on the command line).
+OPTIONAL_FIELDS = ("data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
+
+
 def _check_text(name, value):
     if not isinstance(value, str) or not value:
         raise ValueError(f"`{name}` must be a non-empty string. Received: {name}={value!r}")
@@ -123,8 +131,12 @@ def toml_module():
 
 
 def load_recipe(path, **overrides):
-    """A `TrainConfig` from a recipe TOML file, with `overrides` applied (None values ignored; a
-    `model_overrides` table adds to the recipe's, unless `model` names another model)."""
+    """A `TrainConfig` from a recipe TOML file, with `overrides` applied.
+
+    Every override given is applied, None (or "none") included: ``seed=None``
+    is no seed, ``export_dir=None`` no export. A `model_overrides` table adds
+    to the recipe's, unless `model` names another model.
+    """
     tomllib = toml_module()
     path = Path(path)
     if not path.is_file():
@@ -135,7 +147,6 @@ def load_recipe(path, **overrides):
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {error}. Received: recipe={str(path)!r}") \
             from error
-    overrides = {k: v for k, v in overrides.items() if v is not None}
     same_model = overrides.get("model", values.get("model")) == values.get("model")
     given, recipes = overrides.get("model_overrides"), values.get("model_overrides")
     if same_model and isinstance(given, dict) and isinstance(recipes, dict):

@@ -5,6 +5,8 @@ writer, and traceable to its process, so that the next writer removes those of
 writers that were killed, and never a live writer's.
 """
 
+import ctypes
+import errno
 import glob
 import os
 import re
@@ -55,5 +57,36 @@ def remove_stale_staging(parent, prefix=""):
         except FileNotFoundError:  # removed meanwhile by another writer
             continue
         if stale:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove(staging)
+
+
+def remove(path):
+    """Removes a staging entry: a directory tree, a file, or a symbolic link (never what it points to)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# renameat2's flag: swap two names atomically (Linux 3.15+, glibc 2.28+).
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def exchange(first, second):
+    """Swaps the names `first` and `second` atomically; returns False where the system cannot (nothing changed).
+
+    With it, a directory is replaced in one step: a reader, or a process
+    killed at any moment, sees the old directory or the new one, never neither.
+    """
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if os.name == "posix" else None
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system or kernel without the flag
+        return False
+    raise OSError(code, f"{os.strerror(code)}: cannot exchange {first} and {second}")
 

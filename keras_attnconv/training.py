@@ -1,9 +1,8 @@
 """The training pipeline behind `attnconv train`: recipe -> run directory -> trained model + metrics.
 
-A run directory holds ``config.json`` (the resolved recipe), ``backup/``
-(resumable state, see `ResumableBackup`), ``checkpoints/best.keras``,
-``logs/`` (TensorBoard, where it is installed), ``history.csv`` and, once
-finished, ``preset/`` (the best checkpoint as a preset, with the recipe and
+The run directory (its layout, mark, lock and states: `run_directory.RunDirectory`)
+receives the resolved recipe, resumable backups, the best checkpoint, logs and
+history, and once finished the best checkpoint as a preset (with the recipe and
 the metrics of those weights) and ``metrics.json``. Running the same command
 again after a crash resumes the run with the same per-epoch results as an uninterrupted run (the
 data order, augmentation and dropout streams are restored with the weights);
@@ -21,12 +20,9 @@ import dataclasses
 import errno
 import itertools
 import json
-import os
-import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import keras
 
@@ -41,14 +37,10 @@ from keras_attnconv.callbacks import (
 )
 from keras_attnconv.precision import PRECISIONS
 from keras_attnconv.recipe import STRATEGIES, TrainConfig, load_recipe, toml_module
-from keras_attnconv.utils import check_writable, file_lock, write_json
+from keras_attnconv.run_directory import RunDirectory, RunInUseError
 
 __all__ = ["PRECISIONS", "STRATEGIES", "RunInUseError", "TrainConfig", "load_recipe", "resolve_run_dir",
            "toml_module", "train"]
-
-
-class RunInUseError(RuntimeError):
-    """Another process is training in this run directory."""
 
 
 def make_strategy(name):
@@ -79,42 +71,39 @@ def is_chief(strategy):
     return strategy is None or strategy.extended.should_checkpoint
 
 
-def numbered_run_dirs(config):
-    """``runs_dir/name``, ``name-1``, ``name-2``, ...: the run directories of `config` in the order they are made."""
-    base = Path(config.runs_dir) / config.name
-    yield base
-    for index in itertools.count(1):
-        yield base.with_name(f"{base.name}-{index}")
-
-
 def resolve_run_dir(config):
-    """The run directory: the configured one, or the first of `numbered_run_dirs` that has not finished."""
+    """The `RunDirectory` of `config`: the configured one, or the first numbered one that is free or unfinished.
+
+    Numbered directories that hold a finished run, or something that is not a
+    run of the package, are passed over (never written).
+    """
     if config.run_dir:
-        return Path(config.run_dir)
-    return next(d for d in numbered_run_dirs(config) if not (d / "metrics.json").exists())
-
-
-def finished_metrics(run_dir):
-    """The ``metrics.json`` of a finished run, with its ``run_dir`` (as `train` returns them)."""
-    return {**json.loads((Path(run_dir) / "metrics.json").read_text()), "run_dir": str(run_dir)}
+        return RunDirectory(config.run_dir)
+    return next(run for run in RunDirectory.numbered(config.runs_dir, config.name)
+                if run.is_free() or (run.is_ours() and not run.metrics_file.exists()))
 
 
 def finished_run(config):
-    """The latest finished run directory of `config` with the same settings (`same_run`), or None."""
-    candidates = [Path(config.run_dir)] if config.run_dir else numbered_run_dirs(config)
+    """The latest finished `RunDirectory` of `config` with the same settings (`same_run`), or None."""
+    if config.run_dir:
+        candidates = [RunDirectory(config.run_dir)]
+    else:
+        candidates = itertools.takewhile(lambda run: not run.is_free(),
+                                         RunDirectory.numbered(config.runs_dir, config.name))
     finished = None
     for candidate in candidates:
-        if not (candidate / "metrics.json").exists():
+        if candidate.is_finished():
+            finished = candidate
+        elif candidate.is_ours():  # the unfinished run: the numbers after it are not made yet
             break
-        finished = candidate
     if finished is None:
         return None
-    return None if same_run(read_run_config(finished) or {}, resolved_config(config, finished)) else finished
+    return None if same_run(finished.read_config() or {}, resolved_config(config, finished)) else finished
 
 
-def resolved_config(config, run_dir):
+def resolved_config(config, run):
     """The dict written to ``config.json``: the config with its run directory."""
-    return {**dataclasses.asdict(config), "run_dir": str(run_dir)}
+    return {**dataclasses.asdict(config), "run_dir": str(run)}
 
 
 def same_run(saved, resolved):
@@ -123,67 +112,24 @@ def same_run(saved, resolved):
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
 
 
-def read_run_config(run_dir):
-    """The ``config.json`` of a run directory (None if there is none), a damaged one being an error naming it."""
-    path = Path(run_dir) / "config.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path} cannot be read ({error}): it is not a run directory of attnconv train, or it "
-                         f"was damaged. Pass another --run-dir. Received: run_dir={str(run_dir)!r}") from None
+def _check_same_run(run, resolved):
+    """Whether `run` holds a run of another configuration that never completed an epoch (to start anew).
 
-
-#: What a run leaves in its directory before it finishes (all of it a function of its configuration).
-RUN_RECORDS = ("backup", "checkpoints", "logs", "history.csv", "centers_history.npz", "preset")
-
-
-def _check_same_run(run_dir, resolved):
-    """Whether `run_dir` holds a run of another configuration that never completed an epoch (to start anew).
-
-    Raises for a finished run, which is never touched, and for an unfinished
-    run of another configuration with a completed epoch, which is never lost.
+    Raises for a directory that is not a run of the package or a finished run,
+    which are never touched, and for an unfinished run of another
+    configuration with a completed epoch, which is never lost.
     """
-    if (run_dir / "metrics.json").exists():
-        raise FileExistsError(f"{run_dir} holds a finished run, which is never overwritten: pass another --run-dir, or "
-                              f"none for the next free one under runs_dir. Received: run_dir={str(run_dir)!r}")
-    saved = read_run_config(run_dir)
+    run.check()
+    if run.metrics_file.exists():
+        raise FileExistsError(f"{run} holds a finished run, which is never overwritten: pass another --run-dir, or "
+                              f"none for the next free one under runs_dir. Received: run_dir={str(run)!r}")
+    saved = run.read_config()
     changed = same_run(saved, resolved) if saved is not None else []
-    if changed and (run_dir / "backup" / "latest.json").exists():
+    if changed and run.has_completed_epoch():
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
-        raise ValueError(f"{run_dir} holds an unfinished run with a different configuration ({details}) and a "
+        raise ValueError(f"{run} holds an unfinished run with a different configuration ({details}) and a "
                          "completed epoch. Resume it with the same settings, or pass another --run-dir.")
     return bool(changed)
-
-
-def _start_anew(run_dir):
-    """Removes what a run of another configuration, stopped before its first epoch ended, left in `run_dir`."""
-    for name in RUN_RECORDS:
-        path = run_dir / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def run_lock(run_dir):
-    """Holds an exclusive lock on `run_dir` (``.lock``) for the duration; a second holder gets RunInUseError.
-
-    The lock is the operating system's (`utils.file_lock`): it is released when
-    the holder exits, however it exits, so a killed run never leaves a stale lock.
-    """
-    with contextlib.ExitStack() as stack:
-        try:
-            handle = stack.enter_context(file_lock(Path(run_dir) / ".lock", blocking=False))
-        except BlockingIOError:
-            holder = (Path(run_dir) / ".lock").read_text().strip() or "another process"
-            raise RunInUseError(f"{run_dir} is in use by {holder}: wait for it to finish or pass another "
-                                f"--run-dir. Received: run_dir={str(run_dir)!r}") from None
-        if handle is not None:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"process {os.getpid()}\n")
-            handle.flush()
-        yield
 
 
 @dataclasses.dataclass
@@ -266,13 +212,13 @@ def _work_around_keras_multi_worker(model, strategy, batch):
     strategy.reduce = reduce_scalars_without_axis
 
 
-def _center_tracking(model, run_dir, initial_epoch):
+def _center_tracking(model, run, initial_epoch):
     """Records the heads' centers each epoch (``centers_history.npz``) for Gaussian-type models."""
     try:
         layer_centers(model)
     except ValueError:  # no quadratic/gaussian attention in this model
         return []
-    return [AttentionCentersHistory(run_dir / "centers_history.npz", initial_epoch=initial_epoch)]
+    return [AttentionCentersHistory(run.centers_history, initial_epoch=initial_epoch)]
 
 
 def _tensorflow_importable():
@@ -284,11 +230,11 @@ def _tensorflow_importable():
     return True
 
 
-def _logging_callbacks(run_dir):
+def _logging_callbacks(run):
     """CSV history always; TensorBoard where TensorFlow (its writer) is installed."""
-    callbacks = [keras.callbacks.CSVLogger(str(run_dir / "history.csv"), append=True)]
+    callbacks = [keras.callbacks.CSVLogger(str(run.history), append=True)]
     if _tensorflow_importable():
-        callbacks.append(keras.callbacks.TensorBoard(str(run_dir / "logs"), profile_batch=0))
+        callbacks.append(keras.callbacks.TensorBoard(str(run.logs_dir), profile_batch=0))
     return callbacks
 
 
@@ -316,55 +262,54 @@ def train(config):
     Keras' global dtype policy is neither read nor changed.
     """
     plan = _plan(config)
-    run_dir = resolve_run_dir(config)
-    check_writable(run_dir, "run_dir")
-    resolved = resolved_config(config, run_dir)
-    _check_same_run(run_dir, resolved)
+    run = resolve_run_dir(config)
+    resolved = resolved_config(config, run)
+    _check_same_run(run, resolved)
     if not is_chief(plan.strategy):
         # The other workers run every step and callback (saving may involve collectives) but write
         # into a scratch directory; they resume from the chief's backups (a filesystem all share).
         with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
-            return {**_fit(config, plan, Path(scratch), resume_from=run_dir / "backup"), "run_dir": str(run_dir),
+            return {**_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir), "run_dir": str(run),
                     "chief": False}
-    with run_lock(run_dir):
-        if _check_same_run(run_dir, resolved):  # again, now that no other process can write it
-            _start_anew(run_dir)
-        write_json(run_dir / "config.json", resolved)
+    run.claim()
+    with run.lock():
+        if _check_same_run(run, resolved):  # again, now that no other process can write it
+            run.start_anew()
+        run.write_config(resolved)
         try:
-            return _fit(config, plan, run_dir)
+            return _fit(config, plan, run)
         except OSError as error:
             if error.errno != errno.ENOSPC:
                 raise
             raise OSError(errno.ENOSPC, f"No space left on the device of the run directory ({error}): the last "
                                         "complete backup is kept. Free some space and run the same command again "
-                                        f"to resume. Received: run_dir={str(run_dir)!r}") from None
+                                        f"to resume. Received: run_dir={str(run)!r}") from None
 
 
-def _save_best_as_preset(config, plan, run_dir):
-    """Writes the best checkpoint as ``run_dir/preset`` with the recipe and the metrics of those exact weights.
+def _save_best_as_preset(config, plan, run):
+    """Writes the best checkpoint as the run's ``preset/`` with the recipe and the metrics of those exact weights.
 
     A run killed after its preset was published (and before ``metrics.json``)
     keeps that preset: it holds the same best checkpoint.
     """
     from keras_attnconv.presets import save_to_preset
 
-    preset = run_dir / "preset"
-    if preset.exists():
-        return preset
+    if run.preset_dir.exists():
+        return run.preset_dir
     try:
-        best = keras.saving.load_model(run_dir / "checkpoints" / "best.keras", compile=False)
+        best = keras.saving.load_model(run.best_checkpoint, compile=False)
     except Exception as error:  # Keras reports a damaged archive as "File not found" or a zip error
-        raise ValueError(f"{run_dir / 'checkpoints' / 'best.keras'} cannot be loaded ({error}); it was damaged after "
-                         f"training wrote it. Received: run_dir={str(run_dir)!r}") from None
+        raise ValueError(f"{run.best_checkpoint} cannot be loaded ({error}); it was damaged after "
+                         f"training wrote it. Received: run_dir={str(run)!r}") from None
     best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
-    record = json.loads((run_dir / "checkpoints" / "best.json").read_text())
+    record = json.loads(run.best_record.read_text())
     metrics = {"epoch": record["epoch"], "eval_split": plan.eval_split, "eval_loss": float(loss),
                "eval_accuracy": float(accuracy)}
     metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
-                "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run_dir),
-                "training_run": str(run_dir.resolve())}
-    return save_to_preset(best, preset, metadata=metadata)
+                "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run),
+                "training_run": str(run.path.resolve())}
+    return save_to_preset(best, run.preset_dir, metadata=metadata)
 
 
 def run_optimizer(config, schedule):
@@ -376,7 +321,7 @@ def run_optimizer(config, schedule):
                                  no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS)
 
 
-def _fit(config, plan, run_dir, resume_from=None):
+def _fit(config, plan, run, resume_from=None):
     from keras_attnconv.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
     from keras_attnconv.models.summary import trainable_parameters
@@ -391,12 +336,12 @@ def _fit(config, plan, run_dir, resume_from=None):
             metrics=["accuracy"],
             jit_compile=config.jit_compile,
         )
-        backup = ResumableBackup(run_dir / "backup")
+        backup = ResumableBackup(run.backup_dir)
         initial_epoch = backup.restore(model, resume_from)
     if initial_epoch:
-        print(f"Resuming {run_dir} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
+        print(f"Resuming {run} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
-    rewind_csv(run_dir / "history.csv", initial_epoch)
+    rewind_csv(run.history, initial_epoch)
     throughput = Throughput(plan.steps_per_epoch * config.batch_size)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
@@ -414,16 +359,16 @@ def _fit(config, plan, run_dir, resume_from=None):
         callbacks=[
             EpochSync(plan.train_batches),
             StopOnNonFiniteLoss(),  # before any callback that writes
-            BestCheckpoint(run_dir / "checkpoints" / "best.keras"),
-            *_logging_callbacks(run_dir),
+            BestCheckpoint(run.best_checkpoint),
+            *_logging_callbacks(run),
             throughput,
-            *_center_tracking(model, run_dir, initial_epoch),
+            *_center_tracking(model, run, initial_epoch),
             backup,  # last: an epoch is published as done once every record of it is written
         ],
     )
     loss, accuracy = model.evaluate(eval_data, verbose=0)
-    best_path = run_dir / "checkpoints" / "best.json"
-    preset = _save_best_as_preset(config, plan, run_dir) if best_path.exists() else None
+    best_path = run.best_record
+    preset = _save_best_as_preset(config, plan, run) if best_path.exists() else None
     metrics = {
         "model": config.model,
         "dataset": config.dataset,
@@ -439,9 +384,9 @@ def _fit(config, plan, run_dir, resume_from=None):
         "jit_compile": config.jit_compile,
         "replicas": plan.replicas,
         "wall_seconds_this_session": time.perf_counter() - start,
-        "history": csv_history(run_dir / "history.csv"),  # every epoch, also those of the processes before a resume
+        "history": csv_history(run.history),  # every epoch, also those of the processes before a resume
         "preset": preset and str(preset),
     }
-    write_json(run_dir / "metrics.json", metrics)
-    metrics["run_dir"] = str(run_dir)
+    run.write_metrics(metrics)
+    metrics["run_dir"] = str(run)
     return metrics

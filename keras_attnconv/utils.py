@@ -99,6 +99,15 @@ def check_choice(name, value, choices):
                          f"{did_you_mean(value, choices)} Received: {name}={value!r}")
 
 
+#: How a value that can be omitted is omitted on the command line and in a recipe (TOML has no null).
+NONE_WORDS = ("none", "null")
+
+
+def none_word(value):
+    """None for a string that says none (`NONE_WORDS`, any case), else `value`: the one parser of omitted values."""
+    return None if isinstance(value, str) and value.strip().lower() in NONE_WORDS else value
+
+
 def write_atomically(path, write):
     """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
     path = Path(path)

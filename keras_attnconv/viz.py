@@ -5,8 +5,6 @@ saves it; `run_figures` makes those of a training run directory. The numbers
 drawn come from `keras_attnconv.analysis`.
 """
 
-from pathlib import Path
-
 import numpy as np
 
 from keras_attnconv.analysis import attention_probabilities, layer_centers, load_centers_history
@@ -130,7 +128,8 @@ def run_figures(source):
     """
     from keras_attnconv.data import TFDS_DATASETS, dataset_info, load_arrays
     from keras_attnconv.models import AttentionClassifier
-    from keras_attnconv.presets import from_preset, load_preset_metadata, preset_of
+    from keras_attnconv.presets import from_preset, load_preset_metadata
+    from keras_attnconv.run_directory import RunDirectory, preset_of
 
     preset = preset_of(source)
     model = from_preset(preset)
@@ -146,7 +145,7 @@ def run_figures(source):
         if images.shape[1:] == tuple(model.input_shape[1:]):
             height, width = encoder_blocks(model)[0].input.shape[1:3]
             figures["attention_maps"] = plot_attention_maps(model, images[0], (height // 2, width // 2))
-    history = load_centers_history(Path(source) / "centers_history.npz")
+    history = load_centers_history(RunDirectory(source).centers_history)
     if history:
         figures["centers_history"] = plot_centers_history(history)
     return figures

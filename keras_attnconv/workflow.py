@@ -1,20 +1,18 @@
 """`attnconv train` as two steps: train a run (`keras_attnconv.training`), then export it for serving.
 
-Training knows nothing of serving: a finished run is a run directory with
-``metrics.json``. The export step writes ``export.json`` into the run when
-its SavedModel is published, so running the same command again after a crash
-during the export finishes the export instead of training a new run.
+Training knows nothing of serving: a finished run is a finished
+`RunDirectory`. The export step records its SavedModel in the run
+(``export.json``) when it is published, so running the same command again
+after a crash during the export finishes the export instead of training a new run.
 """
 
 import sys
-from pathlib import Path
 
 import keras
 
-from keras_attnconv.training import finished_metrics, finished_run, run_lock, train
-from keras_attnconv.utils import check_writable, write_json
-
-EXPORT_RECORD = "export.json"
+from keras_attnconv.export_root import ExportRoot
+from keras_attnconv.run_directory import RunDirectory
+from keras_attnconv.training import finished_run, train
 
 
 def unexported_run(config):
@@ -22,10 +20,10 @@ def unexported_run(config):
     if not config.export_dir:
         return None
     finished = finished_run(config)
-    return None if finished is None or (finished / EXPORT_RECORD).exists() else finished
+    return None if finished is None or finished.is_exported() else finished
 
 
-def export_run(config, run_dir):
+def export_run(config, run):
     """Exports the best model of a finished run (its preset) to ``config.export_dir``; returns the version or None.
 
     The served version of ``models.config`` does not move (a model's first
@@ -35,15 +33,15 @@ def export_run(config, run_dir):
     export is skipped with a message saying how to run it later.
     """
     if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
-        print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run_dir} was not exported for "
+        print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run} was not exported for "
               f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
-              f"{run_dir} --export-dir {config.export_dir}", file=sys.stderr)
+              f"{run} --export-dir {config.export_dir}", file=sys.stderr)
         return None
     from keras_attnconv.export import export_source, served_version
 
-    with run_lock(run_dir):
-        path = export_source(run_dir, config.export_dir)
-        write_json(run_dir / EXPORT_RECORD, {"export": str(path)})
+    with run.lock():
+        path = export_source(run.path, config.export_dir)
+        run.record_export(path)
     served = served_version(config.export_dir, path.parent.name)
     if served != int(path.name):
         print(f"Exported {path}; models.config serves version {served} of {path.parent.name}. To serve this one: "
@@ -57,16 +55,16 @@ def train_and_export(config):
     An export root that could not be written is an error before the training, not after it.
     """
     if config.export_dir and keras.backend.backend() == "tensorflow":
-        check_writable(config.export_dir, "export_dir")
-    run_dir = unexported_run(config)
-    if run_dir is None:
+        ExportRoot(config.export_dir).check()
+    run = unexported_run(config)
+    if run is None:
         metrics = train(config)
-        run_dir = Path(metrics["run_dir"])
+        run = RunDirectory(metrics["run_dir"])
     else:
-        print(f"{run_dir} finished training but was not exported; exporting it.", file=sys.stderr)
-        metrics = finished_metrics(run_dir)
+        print(f"{run} finished training but was not exported; exporting it.", file=sys.stderr)
+        metrics = run.finished_metrics()
     if config.export_dir and metrics.get("chief", True):
-        path = export_run(config, run_dir)
+        path = export_run(config, run)
         if path is not None:
             metrics["export"] = str(path)
     return metrics

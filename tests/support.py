@@ -5,14 +5,21 @@ Fixtures live in conftest.py; plain functions live here, so that no test imports
 - `LayerCase` and the ``check_*`` functions: the contract every public layer meets (a config round
   trip, a ``.keras`` round trip in safe mode, XLA equal to eager, each dtype policy, a training step).
 - `eq8_reference`: eq. (8) of the paper in NumPy (float64), from a layer's weights.
+- `snapshot`, `run_until_killed`: what a directory holds, byte for byte, and a script SIGKILLed where it says.
 """
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -341,3 +348,78 @@ def eq8_reference(layer, x):
     context = np.einsum("bhqk,bkc->bqhc", probs, tokens)
     out = np.einsum("bqhc,hco->bqo", context, w["output_kernel"]) + w.get("output_bias", 0)
     return out.reshape(batch, height, width, -1), probs
+
+
+def snapshot(path):
+    """Everything under `path`, byte for byte: {relative name: bytes, "<dir>" or "-> link target"} (None if absent).
+
+    Two equal snapshots mean nothing was added, removed, replaced or changed.
+    """
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return None
+    if path.is_file():
+        return {".": path.read_bytes()}
+    found = {}
+    for entry in sorted(path.rglob("*")):
+        name = str(entry.relative_to(path))
+        if entry.is_symlink():
+            found[name] = f"-> {os.readlink(entry)}"
+        elif entry.is_dir():
+            found[name] = "<dir>"
+        else:
+            found[name] = entry.read_bytes()
+    return found
+
+
+#: Prepended to the scripts of `run_until_killed`: ``die()`` SIGKILLs the process, as a crash or an OOM kill would.
+KILL_PRELUDE = """
+import os, signal
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def die_after(owner, name):
+    real = getattr(owner, name)
+    def wrapped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        die()
+        return result
+    setattr(owner, name, wrapped)
+
+def die_before(owner, name):
+    setattr(owner, name, lambda *args, **kwargs: die())
+"""
+
+
+def run_until_killed(script, timeout=300):
+    """Runs `script` (after `KILL_PRELUDE`) in a fresh Python process and checks that it died of SIGKILL."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", KILL_PRELUDE + textwrap.dedent(script)], env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == -signal.SIGKILL, f"the script was not killed where it should be: {result.stderr}"
+
+
+def tiny_model(name="tiny", seed=0):
+    """A model that exports in about a second: enough for the publication and file-system tests."""
+    from keras_attnconv.models import ResNet
+
+    keras.utils.set_random_seed(seed)
+    return ResNet(image_size=8, num_classes=3, blocks_per_stage=(1,), widths=(2,), name=name)
+
+
+def served_config(root):
+    """models.config parsed by TF Serving's own message: {name: (base_path, platform, served versions)}."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = text_format.Parse((root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
+    return {entry.name: (entry.base_path, entry.model_platform, list(entry.model_version_policy.specific.versions))
+            for entry in config.model_config_list.config}
+
+
+def tree_digest(path):
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
+    return digest.hexdigest()

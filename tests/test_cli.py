@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from keras_attnconv import cli
+from keras_attnconv.ownership import MARKER
 
 
 def run_cli(*args, **env):
@@ -111,8 +112,10 @@ def test_console_script_help():
 
 def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
     from keras_attnconv import build_model, save_to_preset
+    from keras_attnconv.run_directory import RunDirectory
 
     run = tmp_path / "run"
+    RunDirectory(run).claim()  # a run directory of the package: its figures go into it
     model = build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
     save_to_preset(model, run / "preset", metadata={"dataset": "cifar10_sample"})
     names = ("attention_centers", "attention_maps")
@@ -122,7 +125,8 @@ def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
     assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written)
     assert cli.main(["plot", str(run / "preset"), "--output", str(tmp_path / "elsewhere")]) == 0
     assert capsys.readouterr().out.split() == [str(tmp_path / "elsewhere" / f"{name}.png") for name in names]
-    assert sorted(p.name for p in (run / "preset").iterdir()) == ["config.json", "metadata.json", "model.weights.h5"]
+    preset_files = [MARKER, "config.json", "metadata.json", "model.weights.h5"]
+    assert sorted(p.name for p in (run / "preset").iterdir()) == preset_files
 
 
 def test_plot_of_a_directory_without_a_model_is_an_error(tmp_path, capsys):

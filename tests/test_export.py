@@ -4,7 +4,6 @@ own name (or a safe serving name) and nothing written outside the export root, t
 The other formats, and every model family in the real runtimes: test_export_formats.py."""
 
 import dataclasses
-import hashlib
 import json
 import multiprocessing
 import os
@@ -20,11 +19,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from support import requires_tensorflow
+from support import requires_tensorflow, served_config, tiny_model, tree_digest
 
 from keras_attnconv import build_model, export, save_to_preset
 from keras_attnconv.data import dataset_info
-from keras_attnconv.models import ResNet
+from keras_attnconv.export_root import ExportRoot
 
 pytestmark = requires_tensorflow
 SMALL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -127,16 +126,6 @@ def test_metadata_says_what_was_exported(exported):
     assert metadata["parameter_count"] == model.count_params() and metadata["keras_attnconv_version"]
 
 
-def served_config(root):
-    """models.config parsed by TF Serving's own message: {name: (base_path, platform, served versions)}."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = text_format.Parse((root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
-    return {entry.name: (entry.base_path, entry.model_platform, list(entry.model_version_policy.specific.versions))
-            for entry in config.model_config_list.config}
-
-
 def test_models_config_is_tf_servings_config_serving_one_version_per_model(exported):
     _, root, _ = exported
     assert served_config(root) == {"quadratic_tiny": ("/models/quadratic_tiny", "tensorflow", [1])}
@@ -168,13 +157,6 @@ def test_a_mixed_precision_model_is_exported_as_its_float32_copy(tmp_path):
                                keras_probabilities(rebuilt, pixels), rtol=1e-5, atol=1e-7)
 
 
-def tree_digest(path):
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
-    return digest.hexdigest()
-
-
 def test_existing_version_is_never_overwritten(exported):
     model, root, path = exported
     before = tree_digest(path)
@@ -195,7 +177,7 @@ def test_an_interrupted_export_leaves_no_version(tmp_path, monkeypatch):
     assert list((tmp_path / "tiny").iterdir()) == []
     # A staging directory left by a SIGKILL is hidden and never counts as a version.
     (tmp_path / "tiny" / ".tmp-1-999").mkdir()
-    assert export.next_version(tmp_path / "tiny") == 1
+    assert ExportRoot(tmp_path).next_version("tiny") == 1
 
 
 def test_xla_export_matches(tmp_path, exported):
@@ -315,7 +297,7 @@ def test_a_served_version_that_was_removed_falls_back_to_the_newest(tmp_path):
         export.export_model(tiny_model(seed=seed), root, warmup=False)
     export.set_served_version(root, "tiny", 2)
     shutil.rmtree(root / "tiny" / "2")
-    export.write_models_config(root)
+    ExportRoot(root).update_models_config()
     assert served_config(root)["tiny"][2] == [3]
 
 
@@ -329,12 +311,6 @@ def test_a_model_directory_holds_one_format(tmp_path):
 
 def exported_version(path):
     return json.loads((path / "assets.extra" / "metadata.json").read_text())["version"]
-
-
-def tiny_model(name="tiny", seed=0):
-    """A model that exports in about a second: enough for the publication and file-system tests."""
-    keras.utils.set_random_seed(seed)
-    return ResNet(image_size=8, num_classes=3, blocks_per_stage=(1,), widths=(2,), name=name)
 
 
 def _export_tiny_after_barrier(barrier, root, results, name="tiny"):
@@ -378,7 +354,7 @@ def test_a_stale_next_version_publishes_the_next_free_one(tmp_path, monkeypatch)
     first = export.export_model(tiny_model(), tmp_path, warmup=False)
     before = tree_digest(first)
     # As if another export had published version 1 between our choice of number and our rename.
-    monkeypatch.setattr(export, "next_version", lambda model_dir: 1)
+    monkeypatch.setattr(ExportRoot, "next_version", lambda self, name: 1)
     second = export.export_model(tiny_model(), tmp_path, warmup=False)
     assert second == tmp_path / "tiny" / "2" and exported_version(second) == 2
     assert tree_digest(first) == before

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_attnconv import build_model, from_preset, save_to_preset
+from keras_attnconv.ownership import MARKER
 from keras_attnconv.presets import load_preset_metadata
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
@@ -35,7 +36,7 @@ def outputs(model, x):
 def test_a_preset_reloads_as_the_same_class_config_and_weights(tmp_path):
     model = small_model()
     path = save_to_preset(model, tmp_path / "preset", metadata={"metrics": {"eval_accuracy": 0.5}})
-    assert sorted(p.name for p in path.iterdir()) == ["config.json", "metadata.json", "model.weights.h5"]
+    assert sorted(p.name for p in path.iterdir()) == [MARKER, "config.json", "metadata.json", "model.weights.h5"]
     config = json.loads((path / "config.json").read_text())
     assert config["registered_name"] == "keras_attnconv>AttentionClassifier"
     assert config["config"]["class_names"] == list(CLASSES) and config["config"]["pixel_std"] == [0.2, 0.3, 0.25]

@@ -16,6 +16,7 @@ import pytest
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
+from keras_attnconv.ownership import write_mark
 from keras_attnconv.training import TrainConfig, load_recipe, train
 from keras_attnconv.workflow import train_and_export
 
@@ -85,6 +86,7 @@ def test_a_finished_run_given_again_is_refused_and_left_as_it_is(small_npz, tmp_
 
 def test_an_unfinished_run_with_a_completed_epoch_cannot_be_resumed_with_other_settings(small_npz, tmp_path):
     run = tmp_path / "run"
+    write_mark(run, "run")  # a run of the package's
     (run / "backup").mkdir(parents=True)
     (run / "backup" / "latest.json").write_text('{"epoch": 1, "directory": "epoch-00001"}')
     (run / "config.json").write_text(json.dumps({**vars(small_config(small_npz, run)), "epochs": 9}))
@@ -96,6 +98,7 @@ def test_an_unfinished_run_with_a_completed_epoch_cannot_be_resumed_with_other_s
 def test_a_run_stopped_before_its_first_epoch_ended_starts_anew_with_corrected_settings(small_npz, tmp_path):
     # E.g. a configuration that failed at its first step: the corrected command must not be refused.
     run = tmp_path / "run"
+    write_mark(run, "run")  # a run of the package's
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.json").write_text('{"val_accuracy": 0.99, "epoch": 1}')  # another model's
     (run / "history.csv").write_text("epoch,loss\n0,9.0\n")
@@ -248,10 +251,11 @@ def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, ba
 
 
 def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_path):
-    from keras_attnconv.training import RunInUseError, run_lock
+    from keras_attnconv.run_directory import RunDirectory, RunInUseError
 
     run = tmp_path / "run"
-    with run_lock(run):  # flock: a second open file description conflicts even within one process
+    RunDirectory(run).claim()
+    with RunDirectory(run).lock():  # flock: a second open file description conflicts even within one process
         with pytest.raises(RunInUseError, match=f"in use by process {os.getpid()}"):
             train(small_config(small_npz, run))
         assert not (run / "config.json").exists()
@@ -309,7 +313,7 @@ def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
     from keras_attnconv import training
 
     run = tmp_path / "run"
-    run.mkdir()
+    write_mark(run, "run")  # a run of the package's, damaged
     (run / "config.json").write_text("{")
     with pytest.raises(ValueError, match=f"config.json cannot be read.*run_dir='{run}'"):
         train(small_config(small_npz, run))

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from keras_attnconv import export, workflow
+from keras_attnconv.ownership import write_mark
+from keras_attnconv.run_directory import RunDirectory
 from keras_attnconv.training import TrainConfig
 
 
@@ -24,13 +26,13 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
     with pytest.raises(KeyboardInterrupt):
         workflow.train_and_export(config)
     run = tmp_path / "runs" / "small"
-    assert (run / "metrics.json").exists() and not (run / workflow.EXPORT_RECORD).exists()
+    assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
 
     monkeypatch.setattr(export, "export_source", published)
     monkeypatch.setattr(workflow, "train", lambda config: pytest.fail("a finished run must not be retrained"))
     metrics = workflow.train_and_export(config)
     assert Path(metrics["run_dir"]) == run and Path(metrics["export"]) == tmp_path / "saved" / "quadratic_tiny" / "1"
-    assert json.loads((run / workflow.EXPORT_RECORD).read_text())["export"] == metrics["export"]
+    assert json.loads((run / RunDirectory.EXPORT_RECORD).read_text())["export"] == metrics["export"]
     assert workflow.unexported_run(config) is None  # exported: the next run of the command trains anew
 
 
@@ -48,7 +50,7 @@ def test_a_second_run_is_exported_but_not_served_until_asked(small_npz, tmp_path
 
 def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tmp_path):
     run = tmp_path / "runs" / "small"
-    run.mkdir(parents=True)
+    write_mark(run, "run")
     config = TrainConfig(name="small", dataset=small_npz, runs_dir=str(tmp_path / "runs"))
     (run / "config.json").write_text(json.dumps({**vars(config), "run_dir": str(run), "epochs": 3}))
     (run / "metrics.json").write_text("{}")

@@ -30,6 +30,7 @@ from keras_attnconv.bench.measure import device_description
 from keras_attnconv.callbacks import csv_history
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.precision import PRECISIONS
+from keras_attnconv.run_directory import RunDirectory
 from keras_attnconv.utils import write_atomically, write_json
 
 NUMERICS_FULL = {"recipe": "training/recipes/quick.toml", "epochs": None, "sizes": (32, 64), "batch": 8,
@@ -51,9 +52,10 @@ def training_agreement(recipe, epochs, run_dir, accuracy_points, model_overrides
     dataset = _cropped_sample(run_dir, image_size) if image_size else None
     rows = []
     for precision in PRECISIONS:
-        # None values are not overrides: the recipe's own epochs, model and dataset.
+        # What is None here is not an override: the recipe's own epochs, model and dataset.
+        given = {"epochs": epochs, "model_overrides": model_overrides, "dataset": dataset}
         config = load_recipe(_recipe_path(recipe), precision=precision, run_dir=os.path.join(run_dir, precision),
-                             verbose=0, epochs=epochs, model_overrides=model_overrides, dataset=dataset)
+                             verbose=0, **{k: v for k, v in given.items() if v is not None})
         metrics = train(config)
         rows.append({"precision": precision, "eval_accuracy": metrics["eval_accuracy"],
                      "finite": bool(np.isfinite(_losses(config.run_dir)).all()), "epochs": config.epochs})
@@ -72,7 +74,7 @@ def _recipe_path(recipe):
 
 def _losses(run_dir):
     """Every loss column of the run's ``history.csv``."""
-    history = csv_history(os.path.join(run_dir, "history.csv"))
+    history = csv_history(RunDirectory(run_dir).history)
     return np.array([values for name, values in history.items() if "loss" in name], dtype="float64")
 
 
