@@ -66,6 +66,7 @@ def _train(args):
 
 def _export(args):
     from keras_attnconv.export import export_registered, export_source, paper_configurations
+    from keras_attnconv.utils import none_word
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
     if sum(value is not None for value in given.values()) != 1:
@@ -76,11 +77,12 @@ def _export(args):
                          f"Received: name={args.name!r}")
     options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
                "jit_compile": args.jit_compile}
+    export_dir = none_word(args.export_dir)  # none: the format's default root
     if args.source is not None:
-        paths = [export_source(args.source, args.export_dir, **options)]
+        paths = [export_source(args.source, export_dir, **options)]
     else:
         names = paper_configurations() if args.all else [args.model]
-        paths = [export_registered(name, args.export_dir, **options) for name in names]
+        paths = [export_registered(name, export_dir, **options) for name in names]
     for path in paths:
         print(path)
     return 0
@@ -88,8 +90,9 @@ def _export(args):
 
 def _serve(args):
     from keras_attnconv.export import set_served_version
+    from keras_attnconv.utils import none_word
 
-    path = set_served_version(args.export_dir, args.name, args.version)
+    path = set_served_version(none_word(args.export_dir), args.name, args.version)
     print(f"{path}: {args.name} serves version {args.version}")
     return 0
 

@@ -7,14 +7,17 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, from_preset, save_to_preset
-from keras_attnconv.ownership import MARKER
+from keras_attnconv.ownership import MARKER, ForeignDirectoryError
 from keras_attnconv.presets import load_preset_metadata
+from keras_attnconv.run_directory import RunDirectory
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
 CLASSES = ("cat", "dog", "owl")
@@ -168,3 +171,93 @@ def test_a_damaged_or_foreign_preset_is_an_error_naming_it(tmp_path, damage, err
 def test_a_missing_preset_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"preset='{tmp_path / 'none'}'"):
         from_preset(tmp_path / "none")
+
+
+def users_folder(path):
+    (path / "photos").mkdir(parents=True)
+    (path / "notes.txt").write_text("mine")
+    return path
+
+
+def a_run(path):
+    RunDirectory(path).claim()
+    (path / "config.json").write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize("make, holds", [
+    (users_folder, r"files keras_attnconv did not write \(notes.txt, photos\)"),
+    (a_run, "a training run directory"),
+])
+def test_overwrite_replaces_a_preset_and_nothing_else(tmp_path, make, holds):
+    path = make(tmp_path / "userdata")
+    before = snapshot(tmp_path)
+    with pytest.raises(ForeignDirectoryError, match=f"{path} holds {holds}, not a preset directory"):
+        save_to_preset(small_model(), path, overwrite=True)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("call", [
+    lambda path: save_to_preset(small_model(), path, overwrite="no"),
+    lambda path: from_preset(save_to_preset(small_model(), path), load_weights="no"),
+])
+def test_a_flag_is_a_real_boolean(tmp_path, call):
+    with pytest.raises(ValueError, match="must be true or false. Received: .*='no'"):
+        call(tmp_path / "p")
+
+
+def test_a_preset_of_an_earlier_version_without_the_mark_is_replaced_when_asked(tmp_path):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    (path / MARKER).unlink()  # as earlier versions wrote them
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        save_to_preset(small_model(num_layers=2), path)
+    save_to_preset(small_model(num_layers=2), path, overwrite=True)
+    assert from_preset(path).config.num_layers == 2 and (path / MARKER).exists()
+
+
+def test_overwriting_through_a_symlink_replaces_the_preset_it_points_to(tmp_path):
+    target = save_to_preset(small_model(), tmp_path / "target")
+    (tmp_path / "link").symlink_to(target)
+    save_to_preset(small_model(num_layers=2), tmp_path / "link", overwrite=True)
+    assert (tmp_path / "link").is_symlink() and from_preset(target).config.num_layers == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_preset_is_published_only_once_its_metadata_is_written(tmp_path, monkeypatch, overwrite):
+    from keras_attnconv import presets
+
+    if overwrite:
+        save_to_preset(small_model(), tmp_path / "p")
+    published = []
+
+    def record(rename):
+        def wrapped(source, target):
+            if Path(target) == tmp_path / "p":
+                published.append(sorted(p.name for p in Path(source).iterdir()))
+            return rename(source, target)
+        return wrapped
+
+    monkeypatch.setattr(presets.os, "rename", record(os.rename))
+    monkeypatch.setattr(presets, "exchange", record(presets.exchange))
+    save_to_preset(small_model(num_layers=2), tmp_path / "p", overwrite=overwrite)
+    assert published and published[0] == [MARKER, "config.json", "metadata.json", "model.weights.h5"]
+
+
+KILLED_OVERWRITE = """
+from keras_attnconv import build_model, presets, save_to_preset
+save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}), {path!r})
+{kill}
+save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}, dropout=0.25), {path!r}, overwrite=True)
+"""
+
+
+@pytest.mark.parametrize("kill, dropout", [("die_before(presets, 'exchange')", 0.1),
+                                           ("die_after(presets, 'exchange')", 0.25)])
+def test_a_kill_while_a_preset_is_replaced_leaves_the_old_or_the_new_one(tmp_path, kill, dropout):
+    path = tmp_path / "p"
+    run_until_killed(KILLED_OVERWRITE.format(small=SMALL, path=str(path), kill=kill))
+    assert from_preset(path).config.dropout == dropout
+    assert any(p.name.startswith(".") for p in tmp_path.iterdir())  # the killed save's staging
+    save_to_preset(small_model(), path, overwrite=True)  # the next save works, and removes it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]

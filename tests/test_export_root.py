@@ -1,0 +1,200 @@
+"""The export root's owner: exports go only into an export root of the package's or a TF Serving root of the
+user's; versions and names are checked before any work; models.config is merged (what the package did not write
+stays as it was) and replaced atomically; a kill at any moment of a publication leaves a root the next export
+works in."""
+
+import json
+from pathlib import Path
+
+import pytest
+from support import requires_tensorflow, run_until_killed, served_config, snapshot, tiny_model
+
+from keras_attnconv import build_model, cli, export, save_to_preset
+from keras_attnconv.export_root import MAX_VERSION
+from keras_attnconv.ownership import mark_of
+from keras_attnconv.run_directory import RunDirectory
+
+pytestmark = requires_tensorflow
+
+
+def parsed(path):
+    """models.config as TF Serving's message."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    return text_format.Parse(path.read_text(), model_server_config_pb2.ModelServerConfig())
+
+
+def a_run(path):
+    RunDirectory(path).claim()
+    (path / "metrics.json").write_text("{}")
+    return path
+
+
+def a_preset(path):
+    return save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8), path)
+
+
+def a_users_folder(path):
+    (path / "photos").mkdir(parents=True)
+    (path / "notes.txt").write_text("mine")
+    return path
+
+
+@pytest.mark.parametrize("make, holds", [
+    (a_run, "holds a training run directory"),
+    (a_preset, "holds a preset directory"),
+    (a_users_folder, r"holds files keras_attnconv did not write \(notes.txt, photos\)"),
+])
+def test_what_is_not_an_export_root_is_refused_by_name_before_any_work(tmp_path, make, holds):
+    root = make(tmp_path / "root")
+    before = snapshot(root)
+    with pytest.raises(FileExistsError, match=f"{root} {holds}.*Pass another export_dir"):
+        export.export_model(tiny_model(), root, warmup=False)
+    assert snapshot(root) == before
+
+
+def test_a_tf_serving_root_of_the_users_is_added_to_and_nothing_of_it_changed(tmp_path):
+    root = tmp_path / "serving"
+    (root / "theirs" / "7").mkdir(parents=True)
+    (root / "theirs" / "7" / "saved_model.pb").write_bytes(b"their model")
+    before = snapshot(root)
+    path = export.export_model(tiny_model(), root, warmup=False)
+    after = snapshot(root)
+    assert {name: value for name, value in after.items() if name in before} == before
+    assert path == root / "tiny" / "1" and mark_of(root) == "export_root"
+
+
+@pytest.mark.parametrize("version", [MAX_VERSION + 1, 0, -1, True, "3"])
+def test_a_version_outside_tf_servings_range_is_refused_before_any_work(tmp_path, version):
+    with pytest.raises(ValueError, match=f"version.*2\\*\\*63 - 1.*Received: version={version!r}"):
+        export.export_model(tiny_model(), tmp_path / "root", version=version)
+    assert not (tmp_path / "root").exists()
+
+
+def test_the_cli_refuses_a_version_past_int64_and_later_exports_still_work(tmp_path, capsys):
+    preset = a_preset(tmp_path / "preset")
+    root = tmp_path / "sm"
+    assert cli.main(["export", str(preset), "--export-dir", str(root), "--version", str(MAX_VERSION + 1)]) == 2
+    assert "Received: version=9223372036854775808" in capsys.readouterr().err and not root.exists()
+    assert cli.main(["export", str(preset), "--export-dir", str(root), "--version", str(MAX_VERSION)]) == 0
+    # The next free version would be past int64: refused before the work, the root as it was.
+    before = snapshot(root)
+    assert cli.main(["export", str(preset), "--export-dir", str(root)]) == 2
+    assert "Received: version=9223372036854775808" in capsys.readouterr().err and snapshot(root) == before
+    assert cli.main(["export", str(preset), "--export-dir", str(root), "--version", "2"]) == 0
+    assert served_config(root)["quadratic_tiny"][2] == [MAX_VERSION]
+
+
+def test_a_name_that_is_the_roots_own_file_is_refused_and_export_and_serve_still_work(tmp_path, capsys):
+    preset = a_preset(tmp_path / "preset")
+    root = tmp_path / "sm"
+    assert cli.main(["export", str(preset), "--export-dir", str(root), "--name", "models.config"]) == 2
+    assert "cannot be 'models.config'" in capsys.readouterr().err and not root.exists()
+    assert cli.main(["export", str(preset), "--export-dir", str(root)]) == 0
+    assert cli.main(["export", str(preset), "--export-dir", str(root)]) == 0
+    assert cli.main(["serve", "quadratic_tiny", "2", "--export-dir", str(root)]) == 0
+    assert served_config(root)["quadratic_tiny"][2] == [2]
+
+
+def test_a_models_config_that_is_a_directory_is_named_before_any_work(tmp_path):
+    (tmp_path / "root" / "models.config" / "1").mkdir(parents=True)
+    before = snapshot(tmp_path / "root")
+    with pytest.raises(ValueError, match="models.config is not a TF Serving model config"):
+        export.export_model(tiny_model(), tmp_path / "root", warmup=False)
+    assert snapshot(tmp_path / "root") == before
+
+
+USERS_CONFIG = """
+model_config_list {
+  config {
+    name: "theirs"
+    base_path: "/elsewhere/theirs"
+    model_platform: "tensorflow"
+    model_version_policy { latest { num_versions: 2 } }
+  }
+  config {
+    name: "tiny"
+    base_path: "/models/tiny"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 versions: 2 } }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: "canary" value: 2 }
+  }
+}
+"""
+
+
+def test_models_config_is_merged_keeping_what_the_package_did_not_write(tmp_path):
+    root = tmp_path / "root"
+    for seed in range(2):
+        export.export_model(tiny_model(seed=seed), root, warmup=False)
+    (root / "models.config").write_text(USERS_CONFIG)
+    users = parsed(root / "models.config")
+    export.export_model(tiny_model(seed=2), root, warmup=False)  # a new version of tiny
+    export.export_model(tiny_model(name="other"), root, warmup=False)  # a new model
+    merged = parsed(root / "models.config")
+    assert list(merged.model_config_list.config)[:2] == list(users.model_config_list.config)
+    assert served_config(root)["other"] == ("/models/other", "tensorflow", [1])
+    # --serve changes the served versions of that model, and nothing else of its entry or of the file.
+    export.set_served_version(root, "tiny", 3)
+    tiny = {entry.name: entry for entry in parsed(root / "models.config").model_config_list.config}["tiny"]
+    assert list(tiny.model_version_policy.specific.versions) == [3]
+    assert dict(tiny.version_labels) == {"stable": 1, "canary": 2} and tiny.base_path == "/models/tiny"
+    assert parsed(root / "models.config").model_config_list.config[0] == users.model_config_list.config[0]
+
+
+def test_a_model_new_to_models_config_serves_its_first_version_not_its_newest(tmp_path):
+    root = tmp_path / "root"
+    for seed in range(3):
+        export.export_model(tiny_model(seed=seed), root, warmup=False)
+    (root / "models.config").write_text('model_config_list { config { name: "theirs" base_path: "/x" } }')
+    export.export_model(tiny_model(name="other"), root, warmup=False)
+    assert served_config(root)["tiny"][2] == [1]
+
+
+def test_a_half_published_version_is_never_served_and_the_next_export_passes_it(tmp_path, capsys):
+    root = tmp_path / "root"
+    export.export_model(tiny_model(), root, warmup=False)
+    (root / "tiny" / "2").mkdir()  # a copy in progress, or what another tool left
+    (root / "tiny" / "2" / "variables").mkdir()
+    assert export.export_model(tiny_model(), root, warmup=False) == root / "tiny" / "3"
+    assert cli.main(["serve", "tiny", "2", "--export-dir", str(root)]) == 2
+    assert "tiny/2 holds no SavedModel to serve" in capsys.readouterr().err
+    assert served_config(root)["tiny"][2] == [1]
+
+
+KILLED_EXPORT = """
+from support import tiny_model
+from keras_attnconv import export, export_root
+export.export_model(tiny_model(), {root!r}, warmup=False)
+{kill}
+export.export_model(tiny_model(seed=1), {root!r}, warmup=False)
+"""
+
+#: Where an export dies: just after its version was renamed into place; inside the replacement of
+#: models.config, its new text written but not renamed onto the old one.
+EXPORT_KILLS = {
+    "after publishing the version": "die_before(export_root.ExportRoot, 'update_models_config')",
+    "before models.config is replaced": """
+real_replace = os.replace
+def replace(source, target):
+    if str(target).endswith('models.config'):
+        die()
+    real_replace(source, target)
+os.replace = replace
+""",
+}
+
+
+@pytest.mark.parametrize("kill", EXPORT_KILLS.values(), ids=EXPORT_KILLS.keys())
+def test_a_kill_while_publishing_leaves_the_old_or_new_state_and_the_next_export_works(tmp_path, kill, monkeypatch):
+    root = tmp_path / "root"
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the script's `support`
+    run_until_killed(KILLED_EXPORT.format(root=str(root), kill=kill))
+    assert served_config(root)["tiny"][2] == [1]  # the first export's models.config, whole
+    assert export.export_model(tiny_model(seed=2), root, warmup=False) == root / "tiny" / "3"
+    assert served_config(root)["tiny"][2] == [1]
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".models.config.tmp")) == []
+    assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1", "2", "3"]
+    assert json.loads((root / "tiny" / "2" / "assets.extra" / "metadata.json").read_text())["version"] == 2
