@@ -4,6 +4,7 @@ any moment of the run's creation or completion leaves a state that the same comm
 
 import ast
 import json
+import os
 import re
 from pathlib import Path
 
@@ -200,3 +201,17 @@ def test_each_layout_is_spelled_by_its_owner_alone(owner, names):
             if isinstance(node, ast.Constant) and node.value in names:
                 spelled.setdefault(str(module.relative_to(package)), set()).add(node.value)
     assert set(spelled) == {owner}, spelled
+
+
+def test_a_read_only_folder_is_refused_before_any_work(small_npz, tmp_path, monkeypatch):
+    run = tmp_path / "readonly"
+    run.mkdir()
+    run.chmod(0o555)
+    try:
+        real_access = os.access  # root ignores file modes: answer as os.access would for another user
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != run and real_access(path, mode))
+        with pytest.raises(PermissionError, match=f"Cannot write to run_dir='{run}': {run} is not writable"):
+            train(small_config(small_npz, run))
+        assert list(run.iterdir()) == []
+    finally:
+        run.chmod(0o755)
