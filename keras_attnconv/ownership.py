@@ -73,7 +73,7 @@ def what_it_holds(directory, limit=5):
         return KINDS[kind]
     entries = visible_entries(directory)
     shown = ", ".join(entries[:limit]) + (f" and {len(entries) - limit} more" if len(entries) > limit else "")
-    return f"files keras_attnconv did not write ({shown})"
+    return f"files without keras_attnconv's mark ({shown})"
 
 
 def check_owned(directory, kind, argument, adopt=None):

@@ -44,7 +44,7 @@ def a_users_folder(path):
 @pytest.mark.parametrize("make, holds", [
     (a_run, "holds a training run directory"),
     (a_preset, "holds a preset directory"),
-    (a_users_folder, r"holds files keras_attnconv did not write \(notes.txt, photos\)"),
+    (a_users_folder, r"holds files without keras_attnconv's mark \(notes.txt, photos\)"),
 ])
 def test_what_is_not_an_export_root_is_refused_by_name_before_any_work(tmp_path, make, holds):
     root = make(tmp_path / "root")

@@ -186,7 +186,7 @@ def a_run(path):
 
 
 @pytest.mark.parametrize("make, holds", [
-    (users_folder, r"files keras_attnconv did not write \(notes.txt, photos\)"),
+    (users_folder, r"files without keras_attnconv's mark \(notes.txt, photos\)"),
     (a_run, "a training run directory"),
 ])
 def test_overwrite_replaces_a_preset_and_nothing_else(tmp_path, make, holds):

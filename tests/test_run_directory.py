@@ -66,11 +66,11 @@ def some_of_a_runs_files(path):
 
 
 @pytest.mark.parametrize("make, holds", [
-    (users_folder, r"files keras_attnconv did not write \(config.json, logs\)"),
+    (users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
     (a_preset, "holds a preset directory"),
     (an_export_root, "holds an export root"),
-    (a_symlink_to_a_users_folder, r"files keras_attnconv did not write \(config.json, logs\)"),
-    (some_of_a_runs_files, r"files keras_attnconv did not write \(config.json, history.csv\)"),
+    (a_symlink_to_a_users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
+    (some_of_a_runs_files, r"files without keras_attnconv's mark \(config.json, history.csv\)"),
 ])
 def test_what_is_not_a_run_of_the_package_is_refused_by_name_and_left_as_it_is(small_npz, tmp_path, capsys, make,
                                                                                 holds):
