@@ -30,7 +30,6 @@ Serving serves (a model's first version is served when it appears;
 
 import json
 import shutil
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -38,6 +37,7 @@ import numpy as np
 from keras_attnconv.export_root import (
     DEFAULT_EXPORT_DIRS,
     FORMATS,
+    METADATA_FILES,
     MODELS_CONFIG,
     VERSION_FILES,
     ExportRoot,
@@ -201,14 +201,9 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     staging = root.new_staging(name)
     info = {**(metadata or {}), **model_metadata(exported), "config": exported.get_config(), "serving_name": name,
             "format": format, "version": None}
-    if format == "saved_model":
-        metadata_path = Path("assets.extra") / "metadata.json"
-    else:
-        metadata_path = Path("metadata.json")
-
     def write_metadata(directory, number):
         info["version"] = number
-        (directory / metadata_path).write_text(json.dumps(info, indent=2) + "\n")
+        (directory / METADATA_FILES[format]).write_text(json.dumps(info, indent=2) + "\n")
 
     try:
         if format == "saved_model":

@@ -20,6 +20,7 @@ or a user's folder is an error naming it, before any work.
 """
 
 import errno
+import json
 import os
 import re
 from pathlib import Path
@@ -33,6 +34,8 @@ FORMATS = ("saved_model", "onnx", "litert")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "onnx": "onnx_models", "litert": "litert_models"}
 #: The file that makes a version directory a version of each format.
 VERSION_FILES = {"saved_model": "saved_model.pb", "onnx": "model.onnx", "litert": "model.tflite"}
+#: Where a version says what it is: which model, exported by which package (TF Serving ignores assets.extra/).
+METADATA_FILES = {"saved_model": "assets.extra/metadata.json", "onnx": "metadata.json", "litert": "metadata.json"}
 MODELS_CONFIG = "models.config"
 #: A model's directory (and TF Serving) name: a plain name, never a path, never hidden.
 SERVING_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -146,6 +149,17 @@ class ExportRoot:
         version_file = VERSION_FILES[format or self.format]
         return sorted(int(p.name) for p in model_dir.iterdir() if _is_version_dir(p) and (p / version_file).exists())
 
+    def exported_by_the_package(self, name):
+        """Whether a version of `name` was exported by keras_attnconv (its metadata says so)."""
+        for version in self.versions(name):
+            try:
+                metadata = json.loads((self.path / name / str(version) / METADATA_FILES[self.format]).read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(metadata, dict) and "keras_attnconv_version" in metadata:
+                return True
+        return False
+
     def next_version(self, name):
         """1 + the largest numbered directory of `name`, complete or not (1 if none)."""
         model_dir = self.path / name
@@ -229,8 +243,9 @@ class ExportRoot:
     def update_models_config(self, serve=None, base_path="/models"):
         """Merges the root's SavedModels into ``models.config``; returns its path.
 
-        A model new to the file gets an entry serving its first version (never
-        its newest: a new version is served only when asked). `serve`
+        A model of the package new to the file gets an entry serving its first
+        version (never its newest: a new version is served only when asked);
+        a model directory of the user's gets none. `serve`
         ({name: version}) makes those entries serve those versions. An entry
         that serves versions no longer on disk keeps those that are, else
         serves the newest (TF Serving cannot load a missing version). Every
@@ -257,6 +272,8 @@ class ExportRoot:
                 if not versions:
                     continue
                 entry = entries.get(model_dir.name)
+                if entry is None and not self.exported_by_the_package(model_dir.name):
+                    continue  # the user's model, which the user chose not to serve here
                 if entry is None:
                     entry = config.model_config_list.config.add(name=model_dir.name, model_platform="tensorflow",
                                                                 base_path=f"{base_path}/{model_dir.name}")

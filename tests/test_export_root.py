@@ -63,6 +63,7 @@ def test_a_tf_serving_root_of_the_users_is_added_to_and_nothing_of_it_changed(tm
     after = snapshot(root)
     assert {name: value for name, value in after.items() if name in before} == before
     assert path == root / "tiny" / "1" and mark_of(root) == "export_root"
+    assert list(served_config(root)) == ["tiny"]  # their model is not served unless they list it
 
 
 @pytest.mark.parametrize("version", [MAX_VERSION + 1, 0, -1, True, "3"])
