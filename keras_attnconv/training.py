@@ -256,8 +256,9 @@ def train(config):
     Raises ValueError naming the field for a bad dataset, model override,
     schedule or strategy before anything is written; `RunInUseError` when
     another process trains in the same run directory; and
-    `keras_attnconv.callbacks.NonFiniteLossError` when the loss becomes NaN
-    or infinite (the last backup and the best checkpoint are kept). The
+    `keras_attnconv.callbacks.NonFiniteLossError` when the training or
+    validation loss becomes NaN or infinite (the last backup and the best
+    checkpoint are kept). The
     precision is the model's own (``build_model(..., dtype=config.precision)``):
     Keras' global dtype policy is neither read nor changed.
     """
