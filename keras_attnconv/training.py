@@ -343,7 +343,7 @@ def _fit(config, plan, run, resume_from=None):
         print(f"Resuming {run} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
     rewind_csv(run.history, initial_epoch)
-    throughput = Throughput(plan.steps_per_epoch * config.batch_size)
+    throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
     if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
