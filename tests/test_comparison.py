@@ -74,14 +74,16 @@ def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, b
 
 
 def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypatch):
-    """The checks before training load each split once, not once per model, and still check every model."""
+    """The checks before training load each split once and compute the statistics once, not once per model, and
+    still check every model."""
     from keras_attnconv import data, models, training
 
     class Checked(Exception):
         pass
 
-    loaded, checked = [], []
-    load_arrays, get_model_config = data.load_arrays, models.get_model_config
+    loaded, checked, computed = [], [], []
+    load_arrays, get_model_config, statistics = data.load_arrays, models.get_model_config, data._channel_statistics
+    data._read_npz_info.cache_clear()  # (an earlier test may have read the file)
 
     def recording_load_arrays(name, split, **kwargs):
         loaded.append(split)
@@ -95,12 +97,14 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
         raise Checked
 
     monkeypatch.setattr(data, "load_arrays", recording_load_arrays)
+    monkeypatch.setattr(data, "_channel_statistics", lambda images: computed.append(images.shape) or statistics(images))
     monkeypatch.setattr(models, "get_model_config", recording_get_model_config)
     monkeypatch.setattr(training, "train", stop_at_training)
     with pytest.raises(Checked):
         compare_models(recipe, models=MODELS, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
     assert sorted(loaded) == ["test", "train"]
     assert checked == list(MODELS)
+    assert computed == [(160, 8, 8, 3)]  # the pixel statistics, once, of the training images
 
 
 def test_the_table_sets_each_local_model_beside_its_global_twin():
