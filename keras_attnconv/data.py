@@ -215,9 +215,7 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     """
     info = dataset_info(name)
     if name in TFDS_DATASETS:
-        import tensorflow_datasets as tfds
-
-        images, labels = tfds.as_numpy(_tfds_dataset(name, split, data_dir, download, batch_size=-1))
+        images, labels = _tfds_arrays(_tfds_dataset(name, split, data_dir, download))
     else:
         path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
         with _open_npz(name, path) as data:
@@ -243,21 +241,41 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     return images, labels.astype("int64")
 
 
-def _tfds_dataset(name, split, data_dir, download, batch_size=None):
+def _tfds_dataset(name, split, data_dir, download):
+    """The split as tensorflow-datasets gives it; downloads only with `download`.
+
+    Whether the data is there, and which splits it has, is left to tensorflow-datasets' own `as_dataset`
+    (its error for absent data becomes ours, naming the directory): asking the builder first
+    (``is_prepared``) would refuse what ``tfds.testing.mock_data`` provides with its default policy.
+    """
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=data_dir)
-    if not builder.is_prepared():
-        if not download:
-            raise FileNotFoundError(
-                f"{name} is not prepared in data_dir={str(data_dir or builder.data_dir)!r} "
-                f"(looked for {builder.data_dir}). Pass download=True (--download) to fetch it with "
-                "tensorflow-datasets, or point data_dir at a directory that holds it."
-            )
-        builder.download_and_prepare()
-    if split not in builder.info.splits:
+    if download:
+        builder.download_and_prepare()  # nothing to do where the data is prepared
+    if builder.info.splits and split not in builder.info.splits:  # none known: unprepared, or mocked from code
         raise ValueError(f"{name} has splits {sorted(builder.info.splits)}. Received: split={split!r}")
-    return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, batch_size=batch_size)
+    try:
+        return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
+    except AssertionError:  # tensorflow-datasets' "could not find data in <data_dir>"
+        raise FileNotFoundError(
+            f"{name} is not prepared in data_dir={str(data_dir or builder.data_dir)!r} "
+            f"(looked for {builder.data_dir}). Pass download=True (--download) to fetch it with "
+            "tensorflow-datasets, or point data_dir at a directory that holds it.") from None
+
+
+def _tfds_arrays(dataset, chunk=10_000):
+    """The (images, labels) of a tfds split as NumPy arrays.
+
+    In chunks: tfds' ``batch_size=-1`` makes one batch of the split's recorded size, which data without
+    that record (``tfds.testing.mock_data``'s default) lacks, and a batch of every possible size aborts.
+    """
+    import tensorflow_datasets as tfds
+
+    chunks = list(tfds.as_numpy(dataset.batch(chunk)))
+    if not chunks:
+        return np.zeros((0, 32, 32, 3), np.uint8), np.zeros(0, np.int64)
+    return tuple(np.concatenate(parts) for parts in zip(*chunks))
 
 
 def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augment=None, shuffle=None,
