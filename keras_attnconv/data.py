@@ -259,9 +259,9 @@ def _tfds_dataset(name, split, data_dir, download):
         return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
     except AssertionError:  # tensorflow-datasets' "could not find data in <data_dir>"
         raise FileNotFoundError(
-            f"{name} is not prepared in data_dir={str(data_dir or builder.data_dir)!r} "
-            f"(looked for {builder.data_dir}). Pass download=True (--download) to fetch it with "
-            "tensorflow-datasets, or point data_dir at a directory that holds it.") from None
+            f"{name} is not prepared in {str(data_dir or builder.data_dir)!r} (looked for {builder.data_dir}). "
+            "Pass download=True (--download true) to fetch it with tensorflow-datasets, or point data_dir at a "
+            f"directory that holds it. Received: data_dir={str(data_dir or builder.data_dir)!r}") from None
 
 
 def _tfds_arrays(dataset, chunk=10_000):

@@ -79,7 +79,7 @@ def test_bad_npz_contents_are_rejected(tmp_path):
 
 
 def test_missing_tfds_data_without_download_names_the_data_dir(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f"data_dir='{tmp_path}'.*download=True"):
+    with pytest.raises(FileNotFoundError, match=f"not prepared.*download=True.*Received: data_dir='{tmp_path}'"):
         data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=False)
 
 

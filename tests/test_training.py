@@ -250,6 +250,20 @@ def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, ba
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("arrays, message", [
+    # Images of one colour: their statistics have no spread to normalise by.
+    ({"x": np.zeros((40, 8, 8, 3), np.uint8), "y": np.arange(40) % 2}, r"Received: pixel_std=0.0"),
+    ({"x_train": np.zeros((40, 8, 8, 3), np.uint8) + np.arange(40, dtype=np.uint8)[:, None, None, None],
+      "y_train": np.arange(40) % 2, "x_test": np.zeros((4, 16, 16, 3), np.uint8), "y_test": np.arange(4) % 2},
+     r"size of the dataset's training images \(8x8\)"),
+])
+def test_a_npz_that_cannot_train_fails_before_the_run_directory_exists(small_npz, tmp_path, arrays, message):
+    np.savez(tmp_path / "odd.npz", **arrays)
+    with pytest.raises(ValueError, match=message):
+        train(small_config(small_npz, tmp_path / "run", dataset=str(tmp_path / "odd.npz")))
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_path):
     from keras_attnconv.run_directory import RunDirectory, RunInUseError
 
