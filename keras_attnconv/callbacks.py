@@ -156,12 +156,15 @@ def csv_history(path):
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite."""
+    """The training or validation loss (or another metric of the epoch) became NaN or infinite."""
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Stops ``fit`` with `NonFiniteLossError` at the end of an epoch whose training loss is NaN or infinite.
+    """Stops ``fit`` with `NonFiniteLossError` at the end of an epoch with a NaN or infinite loss or metric.
 
+    The validation figures are checked like the training loss: a model whose
+    outputs overflow on the validation data (e.g. in float16) keeps a chance
+    accuracy, which would otherwise be kept as best, preset and exported.
     Keras' `TerminateOnNaN` only sets ``stop_training``, so the epoch's end
     callbacks still run and would back up the broken weights; raising here,
     before them, leaves the last backup and the best checkpoint as they were.
@@ -171,12 +174,17 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     """
 
     def on_epoch_end(self, epoch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            raise NonFiniteLossError(
-                f"The training loss became {float(loss)} during epoch {epoch + 1}; training stopped. The last "
-                "backup and the best checkpoint are kept. Lower the learning rate (e.g. --learning-rate) or check "
-                "the data, then rerun the same command to resume from the backup.")
+        logs = logs or {}
+        for name in sorted(logs, key=lambda name: name != "loss"):  # the training loss first
+            value = float(logs[name])
+            if not math.isfinite(value):
+                what = {"loss": "training loss", "val_loss": "validation loss"}.get(name, f"metric {name!r}")
+                # Resuming this run reruns its diverging settings, and a run with a completed epoch is never
+                # resumed with others: the remedy is a new run directory.
+                raise NonFiniteLossError(
+                    f"The {what} became {value} during epoch {epoch + 1}; training stopped. The last backup and "
+                    "the best checkpoint are kept. Train again with a lower --learning-rate (or check the data) "
+                    f"in a new --run-dir: this run resumes only with its own settings. Received: {name}={value}")
 
 
 class BestCheckpoint(keras.callbacks.Callback):
@@ -204,21 +212,43 @@ class BestCheckpoint(keras.callbacks.Callback):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Measures training images per second per epoch (the first epoch includes compilation)."""
+    """Measures training images per second from the seconds of every epoch of the run.
 
-    def __init__(self, images_per_epoch):
+    With a `record`, the seconds of each epoch are written there at its end
+    (``{"epoch_seconds": [...]}``, atomically), and a resumed run reads those of
+    the epochs before `initial_epoch` (a later one is redone): a run resumed
+    after its last epoch (killed before ``metrics.json``) still has its figure.
+
+    Args:
+        images_per_epoch: int, training images per epoch.
+        record: None or the path of the record.
+        initial_epoch: int, the epoch a resumed run starts at.
+    """
+
+    def __init__(self, images_per_epoch, record=None, initial_epoch=0):
         super().__init__()
         self.images_per_epoch = images_per_epoch
-        self.epoch_seconds = []
+        self.record = record and Path(record)
+        self.epoch_seconds = self._recorded()[:initial_epoch]
+
+    def _recorded(self):
+        if self.record is None or not self.record.exists():
+            return []
+        try:
+            return list(json.loads(self.record.read_text())["epoch_seconds"])
+        except (OSError, ValueError, KeyError, TypeError):  # damaged: a figure, not the training state
+            return []
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
         self.epoch_seconds.append(time.perf_counter() - self._start)
+        if self.record is not None:
+            write_json(self.record, {"epoch_seconds": self.epoch_seconds})
 
     @property
     def images_per_second(self):
-        """Median over epochs after the first (compilation) when there are any."""
+        """Median over the run's epochs after its first (compilation), when there are any; None without epochs."""
         seconds = self.epoch_seconds[1:] or self.epoch_seconds
         return self.images_per_epoch / statistics.median(seconds) if seconds else None

@@ -83,11 +83,10 @@ def markdown_table(results):
              "| model | encoding | params | accuracy | best epoch | train images/s | wall time |",
              "|---|---|---|---|---|---|---|"]
     for row in sorted(results["rows"], key=lambda r: -r["eval_accuracy"]):
-        best = row["best_val_accuracy"]
         lines.append(
             f"| `{row['model']}` | {row['description']} | {row['trainable_parameters'] / 1e3:.0f}k "
-            f"| {100 * row['eval_accuracy']:.1f}% | {'-' if best is None else f'{100 * best:.1f}%'} "
-            f"| {row['train_images_per_second']:.0f} | {row['wall_seconds'] / 60:.1f} min |"
+            f"| {_percent(row['eval_accuracy'])} | {_percent(row['best_val_accuracy'])} "
+            f"| {_rate(row['train_images_per_second'])} | {row['wall_seconds'] / 60:.1f} min |"
         )
     return "\n".join(lines + _twins_table(results["rows"])) + "\n"
 
@@ -103,8 +102,18 @@ def _twins_table(rows):
              "| model | accuracy | train images/s | global twin | twin's accuracy | twin's train images/s |",
              "|---|---|---|---|---|---|"]
     for local, twin in pairs:
-        lines.append(f"| `{local['model']}` | {100 * local['eval_accuracy']:.1f}% "
-                     f"| {local['train_images_per_second']:.0f} | `{twin['model']}` "
-                     f"| {100 * twin['eval_accuracy']:.1f}% | {twin['train_images_per_second']:.0f} |")
+        lines.append(f"| `{local['model']}` | {_percent(local['eval_accuracy'])} "
+                     f"| {_rate(local['train_images_per_second'])} | `{twin['model']}` "
+                     f"| {_percent(twin['eval_accuracy'])} | {_rate(twin['train_images_per_second'])} |")
     return lines
+
+
+# A figure a finished run lacks (None: no validation, or images/s of a run finished by an earlier version after its
+# last epoch) is a dash: the table of a comparison never fails on a finished run's metrics.
+def _percent(value):
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _rate(value):
+    return "-" if value is None else f"{value:.0f}"
 

@@ -10,6 +10,7 @@ TensorFlow and tfds are imported inside the functions that need them.
 
 import contextlib
 import dataclasses
+import functools
 import zipfile
 import zlib
 from pathlib import Path
@@ -41,48 +42,87 @@ class DatasetInfo:
     name: str
     num_classes: int
     class_names: tuple
-    mean: tuple
-    std: tuple
+    mean: "tuple | None"  # per channel, of pixels / 255, over the training split (None: a .npz without one)
+    std: "tuple | None"
     eval_split: str
     image_size: int = 32
 
 
 def dataset_info(name):
-    """`DatasetInfo` of a dataset name or a local .npz path."""
+    """`DatasetInfo` of a dataset name or a local .npz path.
+
+    The statistics (`DatasetInfo.mean`, `.std`) are those of the training split, per channel, of pixels / 255:
+    CIFAR-10's and CIFAR-100's published ones; for the embedded sample and a .npz, computed from their
+    training split (``x_train``, else ``x``) once per file (a file rewritten since is read again); None for
+    a .npz without one.
+    """
     if name == "cifar100":
         names = tuple(str(i) for i in range(100))
         return DatasetInfo(name, 100, names, CIFAR100_MEAN, CIFAR100_STD, "test")
     if name == "cifar10":
         return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "test")
     if name == "cifar10_sample":
-        return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "validation")
+        return dataclasses.replace(_npz_info(name, SAMPLE_PATH), class_names=CIFAR10_CLASSES, eval_split="validation")
     if str(name).endswith(".npz"):
-        with _open_npz(name, _existing_npz(name)) as data:
-            splits = _npz_splits(name, data.files)
-            labels = np.concatenate([_integer_labels(name, split, _npz_array(name, data, y))
-                                     for split, (_, y) in splits.items()])
-            images_key = next(iter(splits.values()))[0]
-            image_size = _check_images(name, images_key, _npz_array(name, data, images_key)).shape[1]
-            stated = ([str(n) for n in _npz_array(name, data, "class_names")] if "class_names" in data.files
-                      else None)
-        num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
-        if num_classes < 2:
-            raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
-                             f"`class_names` array. Received: labels {sorted(set(labels.tolist()))}")
-        names = tuple(stated) if stated else (CIFAR10_CLASSES if num_classes == 10 else
-                                              tuple(str(i) for i in range(num_classes)))
-        return DatasetInfo(str(name), num_classes, names, CIFAR10_MEAN, CIFAR10_STD, "test", image_size)
+        return _npz_info(name, _existing_npz(name))
     raise ValueError(_unknown_dataset_message(name))
+
+
+def _npz_info(name, path):
+    stat = Path(path).stat()
+    return _read_npz_info(str(name), str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_npz_info(name, path, mtime_ns, size):
+    """`DatasetInfo` of the .npz at `path`; cached by the file's (path, mtime, size): read once, not per split."""
+    with _open_npz(name, path) as data:
+        splits = _npz_splits(name, data.files)
+        labels = np.concatenate([_integer_labels(name, split, _npz_array(name, data, y))
+                                 for split, (_, y) in splits.items()])
+        train = splits.get("train", splits.get(""))
+        images_key = (train or next(iter(splits.values())))[0]
+        images = _check_images(name, images_key, _npz_array(name, data, images_key))
+        mean, std = _channel_statistics(images) if train else (None, None)
+        stated = [str(n) for n in _npz_array(name, data, "class_names")] if "class_names" in data.files else None
+    num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
+    if num_classes < 2:
+        raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
+                         f"`class_names` array. Received: labels {sorted(set(labels.tolist()))}")
+    names = tuple(stated) if stated else (CIFAR10_CLASSES if num_classes == 10 else
+                                          tuple(str(i) for i in range(num_classes)))
+    return DatasetInfo(name, num_classes, names, mean, std, "test", images.shape[1])
+
+
+def _channel_statistics(images):
+    """Per-channel ``(mean, std)`` of ``images / 255`` (uint8 NHWC), (None, None) for no images.
+
+    Exact, from each channel's 256-bin histogram: no float copy of the images (CIFAR's 50,000 in float64: 1.2 GB).
+    """
+    if not images.size:
+        return None, None
+    values = np.arange(256) / 255
+    counts = np.stack([np.bincount(images[..., c].ravel(), minlength=256) for c in range(images.shape[-1])])
+    mean = counts @ values / counts.sum(axis=1)
+    std = np.sqrt((counts * (values - mean[:, None]) ** 2).sum(axis=1) / counts.sum(axis=1))
+    return tuple(mean.tolist()), tuple(std.tolist())
 
 
 def pixel_statistics(info, normalization):
     """``(mean, std)`` a model trained on a dataset (`DatasetInfo`) normalises with.
 
     ``"official"``: the official code's constants (`OFFICIAL_MEAN`, `OFFICIAL_STD`) whatever the dataset,
-    as the paper's runs had them; ``"dataset"``: the dataset's own statistics (`DatasetInfo.mean`, `.std`).
+    as the paper's runs had them; ``"dataset"``: the dataset's own statistics (`DatasetInfo.mean`, `.std`:
+    its training split's).
     """
     check_choice("normalization", normalization, NORMALIZATIONS)
-    return (OFFICIAL_MEAN, OFFICIAL_STD) if normalization == "official" else (info.mean, info.std)
+    if normalization == "official":
+        return OFFICIAL_MEAN, OFFICIAL_STD
+    if info.mean is None:
+        raise ValueError(f"{info.name!r} has no training images (`x_train`, or `x` for every split) to take its "
+                         f"pixel statistics from: add them, or pass normalization='official'. "
+                         f"Received: normalization={normalization!r}")
+    return info.mean, info.std
 
 
 def _unknown_dataset_message(name):
@@ -175,9 +215,7 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     """
     info = dataset_info(name)
     if name in TFDS_DATASETS:
-        import tensorflow_datasets as tfds
-
-        images, labels = tfds.as_numpy(_tfds_dataset(name, split, data_dir, download, batch_size=-1))
+        images, labels = _tfds_arrays(_tfds_dataset(name, split, data_dir, download))
     else:
         path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
         with _open_npz(name, path) as data:
@@ -194,27 +232,50 @@ def load_arrays(name, split, *, data_dir=None, download=False):
                          f"Received: x {images.dtype} {images.shape}, y {labels.shape}")
     if not len(images):
         raise ValueError(f"{where} holds no images. Received: x {images.shape}")
+    if images.shape[1] != info.image_size:  # the model is built for the size of the training images
+        raise ValueError(f"The images of {where} must have the size of the dataset's training images "
+                         f"({info.image_size}x{info.image_size}). Received: x {images.dtype} {images.shape}")
     if labels.max() >= info.num_classes:
         raise ValueError(f"The labels of {where} must lie in [0, {info.num_classes}) for {info.num_classes} classes. "
                          f"Received: y with max {labels.max()}")
     return images, labels.astype("int64")
 
 
-def _tfds_dataset(name, split, data_dir, download, batch_size=None):
+def _tfds_dataset(name, split, data_dir, download):
+    """The split as tensorflow-datasets gives it; downloads only with `download`.
+
+    Whether the data is there, and which splits it has, is left to tensorflow-datasets' own `as_dataset`
+    (its error for absent data becomes ours, naming the directory): asking the builder first
+    (``is_prepared``) would refuse what ``tfds.testing.mock_data`` provides with its default policy.
+    """
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=data_dir)
-    if not builder.is_prepared():
-        if not download:
-            raise FileNotFoundError(
-                f"{name} is not prepared in data_dir={str(data_dir or builder.data_dir)!r} "
-                f"(looked for {builder.data_dir}). Pass download=True (--download) to fetch it with "
-                "tensorflow-datasets, or point data_dir at a directory that holds it."
-            )
-        builder.download_and_prepare()
-    if split not in builder.info.splits:
+    if download:
+        builder.download_and_prepare()  # nothing to do where the data is prepared
+    if builder.info.splits and split not in builder.info.splits:  # none known: unprepared, or mocked from code
         raise ValueError(f"{name} has splits {sorted(builder.info.splits)}. Received: split={split!r}")
-    return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, batch_size=batch_size)
+    try:
+        return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
+    except AssertionError:  # tensorflow-datasets' "could not find data in <data_dir>"
+        raise FileNotFoundError(
+            f"{name} is not prepared in {str(data_dir or builder.data_dir)!r} (looked for {builder.data_dir}). "
+            "Pass download=True (--download true) to fetch it with tensorflow-datasets, or point data_dir at a "
+            f"directory that holds it. Received: data_dir={str(data_dir or builder.data_dir)!r}") from None
+
+
+def _tfds_arrays(dataset, chunk=10_000):
+    """The (images, labels) of a tfds split as NumPy arrays.
+
+    In chunks: tfds' ``batch_size=-1`` makes one batch of the split's recorded size, which data without
+    that record (``tfds.testing.mock_data``'s default) lacks, and a batch of every possible size aborts.
+    """
+    import tensorflow_datasets as tfds
+
+    chunks = list(tfds.as_numpy(dataset.batch(chunk)))
+    if not chunks:
+        return np.zeros((0, 32, 32, 3), np.uint8), np.zeros(0, np.int64)
+    return tuple(np.concatenate(parts) for parts in zip(*chunks))
 
 
 def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augment=None, shuffle=None,

@@ -144,8 +144,8 @@ def _write_single_file(model, staging, format, description):
         proto.graph.node.append(onnx.helper.make_node("Identity", [proto.graph.output[0].name], ["logits"]))
         proto.graph.output[0].name = "logits"
         # The file says what it is, as the SavedModel's metadata.json does.
-        for key, value in (("keras_attnconv", json.dumps(description)),
-                           ("class_names", json.dumps(list(model.class_names)))):
+        for key, value in (("keras_attnconv", json.dumps(description, allow_nan=False)),
+                           ("class_names", json.dumps(list(model.class_names), allow_nan=False))):
             proto.metadata_props.add(key=key, value=value)
         onnx.checker.check_model(proto)
         onnx.save(proto, str(path))
@@ -194,7 +194,7 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     require_tensorflow_backend()
     root.check(name)
     root.check_new_version(name, version)  # fail before the work; rechecked at publication
-    json.dumps(metadata)  # not serializable: TypeError before the work
+    json.dumps(metadata, allow_nan=False)  # not JSON (a type, a NaN): an error before the work
 
     exported = float32_copy(model)
     root.claim()
@@ -203,7 +203,7 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
             "format": format, "version": None}
     def write_metadata(directory, number):
         info["version"] = number
-        (directory / METADATA_FILES[format]).write_text(json.dumps(info, indent=2) + "\n")
+        (directory / METADATA_FILES[format]).write_text(json.dumps(info, indent=2, allow_nan=False) + "\n")
 
     try:
         if format == "saved_model":

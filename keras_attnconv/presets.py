@@ -97,7 +97,7 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     if _is_our_preset(preset_dir) and not overwrite:
         raise exists
     record = {**model_metadata(model), **(metadata or {})}
-    json.dumps(record)  # not serializable: TypeError before anything is written
+    json.dumps(record, allow_nan=False)  # not JSON (a type, a NaN): an error before anything is written
     # HDF5 crashes the process after a write that fails on a full disk: check the room first.
     check_free_space(preset_dir.parent, sum(w.nbytes for w in model.get_weights()), f"the preset {preset_dir.name}")
     prefix = f"{preset_dir.name}."
@@ -108,9 +108,9 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
         config = keras.saving.serialize_keras_object(model)
         for key in ("compile_config", "build_config"):  # a preset is the model, not its training state
             config.pop(key, None)
-        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2, allow_nan=False) + "\n")
         model.save_weights(staging / WEIGHTS_FILE)
-        (staging / METADATA_FILE).write_text(json.dumps(record, indent=2) + "\n")  # last: then it is whole
+        (staging / METADATA_FILE).write_text(json.dumps(record, indent=2, allow_nan=False) + "\n")  # last: whole
         _publish(staging, preset_dir, overwrite, exists)
     finally:
         remove(staging)

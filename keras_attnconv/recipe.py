@@ -41,8 +41,9 @@ class TrainConfig:
     the paper recipes set the official ones: ``schedule`` ("official": the
     rate set once per epoch over ``epochs * (steps_per_epoch + 1)`` steps;
     "per_step"), ``normalization`` ("official": mean (0.4914, 0.4822,
-    0.4465), std (0.2023, 0.1994, 0.2010) for every dataset; "dataset": its
-    own statistics) and ``decay_centers_and_spreads`` (False: the attention
+    0.4465), std (0.2023, 0.1994, 0.2010) for every dataset; "dataset": the
+    per-channel mean and std of its training split, `data.dataset_info`) and
+    ``decay_centers_and_spreads`` (False: the attention
     centers and spreads get no weight decay, as in the official code).
     """
 

@@ -9,6 +9,7 @@ A run directory holds:
 - ``checkpoints/best.keras`` and ``best.json``: the best model so far, and its epoch and score;
 - ``logs/``: TensorBoard's (where TensorFlow is installed); ``history.csv``: every epoch's metrics;
 - ``centers_history.npz``: the attention centers per epoch (quadratic and Gaussian models);
+- ``epoch_seconds.json``: how long each epoch took (`callbacks.Throughput`), for the run's images per second;
 - ``preset/``: the best model as a preset (`keras_attnconv.presets`), once trained;
 - ``metrics.json``: written last, atomically: it marks the run finished, and a finished run is never changed;
 - ``export.json``: the SavedModel export of a finished run (`attnconv train` exports after training);
@@ -53,12 +54,13 @@ class RunDirectory:
     LOGS = "logs"
     HISTORY = "history.csv"
     CENTERS = "centers_history.npz"
+    EPOCH_SECONDS = "epoch_seconds.json"
     PRESET = "preset"
     FIGURES = "figures"
     LOCK = ".lock"
     #: What a run writes before it finishes, all of it a function of its configuration: what a run of another
     #: configuration that never completed an epoch leaves, and a corrected command removes.
-    RECORDS = (BACKUP, CHECKPOINTS, LOGS, HISTORY, CENTERS, PRESET)
+    RECORDS = (BACKUP, CHECKPOINTS, LOGS, HISTORY, CENTERS, EPOCH_SECONDS, PRESET)
 
     def __init__(self, path):
         self.path = Path(path)
@@ -81,6 +83,7 @@ class RunDirectory:
     logs_dir = property(lambda self: self.path / self.LOGS)
     history = property(lambda self: self.path / self.HISTORY)
     centers_history = property(lambda self: self.path / self.CENTERS)
+    epoch_seconds = property(lambda self: self.path / self.EPOCH_SECONDS)
     preset_dir = property(lambda self: self.path / self.PRESET)
     figures_dir = property(lambda self: self.path / self.FIGURES)
 

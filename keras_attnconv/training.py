@@ -256,8 +256,9 @@ def train(config):
     Raises ValueError naming the field for a bad dataset, model override,
     schedule or strategy before anything is written; `RunInUseError` when
     another process trains in the same run directory; and
-    `keras_attnconv.callbacks.NonFiniteLossError` when the loss becomes NaN
-    or infinite (the last backup and the best checkpoint are kept). The
+    `keras_attnconv.callbacks.NonFiniteLossError` when the training or
+    validation loss becomes NaN or infinite (the last backup and the best
+    checkpoint are kept). The
     precision is the model's own (``build_model(..., dtype=config.precision)``):
     Keras' global dtype policy is neither read nor changed.
     """
@@ -342,7 +343,7 @@ def _fit(config, plan, run, resume_from=None):
         print(f"Resuming {run} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
     rewind_csv(run.history, initial_epoch)
-    throughput = Throughput(plan.steps_per_epoch * config.batch_size)
+    throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
     if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers

@@ -182,8 +182,15 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
 
 
 def write_json(path, data):
-    """Writes `data` as indented, key-sorted JSON, atomically."""
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+    """Writes `data` as indented, key-sorted, strict JSON, atomically; a NaN or infinity is an error, nothing written.
+
+    JSON has no NaN or Infinity: Python's bare ``NaN`` tokens would make the file unreadable to other parsers.
+    """
+    try:
+        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
+    except ValueError as error:
+        raise ValueError(f"Cannot write {path} as JSON: {error}. Received: path={str(path)!r}") from None
+    write_atomically(path, lambda tmp: tmp.write_text(text + "\n"))
 
 
 def machine():

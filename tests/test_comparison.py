@@ -3,8 +3,10 @@
 import json
 
 import pytest
+from support import run_until_killed
 
 from keras_attnconv.comparison import compare_models
+from keras_attnconv.run_directory import RunDirectory
 
 MODELS = ("quadratic_span_tiny", "absolute_sinusoid_tiny")
 
@@ -72,14 +74,16 @@ def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, b
 
 
 def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypatch):
-    """The checks before training load each split once, not once per model, and still check every model."""
+    """The checks before training load each split once and compute the statistics once, not once per model, and
+    still check every model."""
     from keras_attnconv import data, models, training
 
     class Checked(Exception):
         pass
 
-    loaded, checked = [], []
-    load_arrays, get_model_config = data.load_arrays, models.get_model_config
+    loaded, checked, computed = [], [], []
+    load_arrays, get_model_config, statistics = data.load_arrays, models.get_model_config, data._channel_statistics
+    data._read_npz_info.cache_clear()  # (an earlier test may have read the file)
 
     def recording_load_arrays(name, split, **kwargs):
         loaded.append(split)
@@ -93,12 +97,14 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
         raise Checked
 
     monkeypatch.setattr(data, "load_arrays", recording_load_arrays)
+    monkeypatch.setattr(data, "_channel_statistics", lambda images: computed.append(images.shape) or statistics(images))
     monkeypatch.setattr(models, "get_model_config", recording_get_model_config)
     monkeypatch.setattr(training, "train", stop_at_training)
     with pytest.raises(Checked):
         compare_models(recipe, models=MODELS, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
     assert sorted(loaded) == ["test", "train"]
     assert checked == list(MODELS)
+    assert computed == [(160, 8, 8, 3)]  # the pixel statistics, once, of the training images
 
 
 def test_the_table_sets_each_local_model_beside_its_global_twin():
@@ -115,3 +121,38 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
     assert "| `a_local_tiny` | 30.0% | 100 | `a_tiny` | 25.0% | 200 |" in table
     assert "`b_local_tiny` | 20.0% | 50 | `" not in table  # no twin ran: no pair
     assert "twin" not in markdown_table({**results, "rows": results["rows"][:1]})
+
+
+KILLED_COMPARISON = """
+from keras_attnconv import run_directory
+from keras_attnconv.comparison import compare_models
+
+die_before(run_directory.RunDirectory, 'write_metrics')  # after the last backup and the preset
+compare_models({recipe!r}, models={models!r}, output={output!r}, runs_dir={runs!r})
+"""
+
+
+def test_a_run_killed_before_its_metrics_keeps_its_images_per_second_and_the_comparison_completes(recipe, tmp_path):
+    runs, models = str(tmp_path / "runs"), list(MODELS[:1])
+    run_until_killed(KILLED_COMPARISON.format(recipe=str(recipe), models=models, output=str(tmp_path / "c.json"),
+                                              runs=runs))
+    run = RunDirectory(tmp_path / "runs" / f"compare-{models[0]}")
+    assert run.has_completed_epoch() and not run.is_finished()
+    results = compare_models(recipe, models=models, output=tmp_path / "c.json", runs_dir=runs)
+    (row,) = results["rows"]
+    assert row["train_images_per_second"] > 0  # measured by the killed process, resumed after its last epoch
+    assert json.loads((run.path / "metrics.json").read_text())["train_images_per_second"] == \
+        row["train_images_per_second"]
+
+
+def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
+    from keras_attnconv.comparison import markdown_table
+
+    rows = [{"model": name, "description": name, "trainable_parameters": 1000, "eval_accuracy": 0.25,
+             "best_val_accuracy": None, "train_images_per_second": None, "wall_seconds": 60}
+            for name in ("a_tiny", "a_local_tiny")]
+    results = {"recipe": "r.toml", "dataset": "d", "epochs": 1, "precision": "float32", "seed": 0,
+               "eval_split": "validation", "machine": {"cpus": 2, "keras": "3", "backend": "jax"}, "rows": rows}
+    table = markdown_table(results)
+    assert "| `a_tiny` | a_tiny | 1k | 25.0% | - | - | 1.0 min |" in table
+    assert "| `a_local_tiny` | 25.0% | - | `a_tiny` | 25.0% | - |" in table

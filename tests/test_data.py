@@ -79,7 +79,7 @@ def test_bad_npz_contents_are_rejected(tmp_path):
 
 
 def test_missing_tfds_data_without_download_names_the_data_dir(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f"data_dir='{tmp_path}'.*download=True"):
+    with pytest.raises(FileNotFoundError, match=f"not prepared.*download=True.*Received: data_dir='{tmp_path}'"):
         data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=False)
 
 
@@ -177,3 +177,37 @@ def test_a_bad_npz_is_an_error_naming_the_file_and_what_is_wrong(tmp_path, damag
     with pytest.raises(ValueError, match=message) as error:
         data.load_arrays(str(path), "train")
     assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("training", ["x_train", "x"])  # the training split, or the images of every split
+def test_a_npz_normalises_with_its_training_images_own_statistics(tmp_path, training):
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8) // np.array([4, 1, 2], np.uint8)  # unlike CIFAR
+    labels = "y_train" if training == "x_train" else "y"
+    others = rng.integers(200, 256, (4, 8, 8, 3), dtype=np.uint8)  # another split's: not counted
+    path = npz(tmp_path, **{training: images, labels: np.arange(20) % 2}, x_test=others, y_test=np.arange(4) % 2)
+    info = data.dataset_info(path)
+    np.testing.assert_allclose(info.mean, (images / 255).mean(axis=(0, 1, 2)), rtol=1e-9)
+    np.testing.assert_allclose(info.std, (images / 255).std(axis=(0, 1, 2)), rtol=1e-9)
+    assert data.pixel_statistics(info, "dataset") == (info.mean, info.std)
+    assert data.pixel_statistics(info, "official") == (data.OFFICIAL_MEAN, data.OFFICIAL_STD)
+
+
+def test_the_embedded_sample_normalises_with_its_training_images_own_statistics():
+    images, _ = data.load_arrays("cifar10_sample", "train")
+    info = data.dataset_info("cifar10_sample")
+    np.testing.assert_allclose(info.mean, (images / 255).mean(axis=(0, 1, 2)), rtol=1e-9)
+    np.testing.assert_allclose(info.std, (images / 255).std(axis=(0, 1, 2)), rtol=1e-9)
+
+
+def test_a_npz_without_training_images_has_no_statistics_to_normalise_with(tmp_path):
+    info = data.dataset_info(npz(tmp_path, x_test=IMAGES, y_test=np.arange(6) % 2))
+    with pytest.raises(ValueError, match="no training images.*Received: normalization='dataset'"):
+        data.pixel_statistics(info, "dataset")
+
+
+def test_every_split_has_the_size_of_the_training_images(tmp_path):
+    path = npz(tmp_path, x_train=IMAGES, y_train=np.arange(6) % 2, x_test=np.zeros((2, 16, 16, 3), np.uint8),
+               y_test=np.arange(2))
+    with pytest.raises(ValueError, match=r"size of the dataset's training images \(8x8\).*x uint8 \(2, 16, 16, 3\)"):
+        data.load_arrays(path, "test")

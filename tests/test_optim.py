@@ -1,12 +1,14 @@
 """Specifications of the Table 2 optimisation: warm-up + cosine schedule, coupled L2 weight decay."""
 
 import math
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
+import keras_attnconv
 from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
 
 
@@ -65,3 +67,59 @@ def test_optimizer_serializes_and_rejects_bad_values():
         CoupledWeightDecaySGD(momentum=1.0)
     with pytest.raises(ValueError, match="weight_decay=-1"):
         CoupledWeightDecaySGD(weight_decay=-1)
+
+
+RECIPES = Path(__file__).parents[1] / "training" / "recipes"
+
+
+def diagonal_gaussian_heads():
+    from keras_attnconv.layers import DiagonalGaussianScore
+
+    layer = DiagonalGaussianScore(num_heads=2)
+    layer.build((1, 4, 4, 8))
+    return layer.trainable_weights
+
+
+def model_weights(name, **overrides):
+    def weights():
+        return keras_attnconv.build_model(name, **overrides).trainable_weights
+    return weights
+
+
+#: What the official code spares from weight decay, per kind of weight, written out here rather than taken from the
+#: package: (an official recipe, the weights of a model or layer holding that kind, the names spared there).
+SPARED = {
+    "quadratic centers and spreads": ("quadratic", model_weights("quadratic_tiny", quadratic_width="spread"),
+                                      {"centers", "spreads"}),
+    "quadratic centers and alphas": ("quadratic", model_weights("quadratic_tiny", quadratic_width="alpha"),
+                                     {"centers", "alpha"}),
+    "gaussian centers and covariances": ("gaussian", model_weights("gaussian_tiny"),
+                                         {"centers", "inverse_sqrt_covariance"}),
+    "diagonal gaussian centers and variances": ("gaussian", diagonal_gaussian_heads,
+                                                {"centers", "inverse_sqrt_variances"}),
+    "span centers and widths": ("learned", model_weights("learned_span_tiny"), {"span_center", "span_raw_sigma"}),
+    "quadratic heads with a span": ("quadratic", model_weights("quadratic_span_tiny"),
+                                    {"centers", "alpha", "span_center", "span_raw_sigma"}),
+    "learned encodings: none": ("learned", model_weights("learned_tiny"), set()),
+    "learned encodings with content: none": ("learned_content_official",
+                                             model_weights("learned_content_official_tiny"), set()),
+    "siren encodings: none": ("quadratic", model_weights("siren_tiny"), set()),
+    "resnet: none": ("resnet18", model_weights("resnet_tiny"), set()),
+}
+
+
+@pytest.mark.parametrize("kind", SPARED)
+def test_the_official_recipes_spare_exactly_the_centers_and_spreads_from_weight_decay(kind):
+    from keras_attnconv.training import load_recipe, run_optimizer
+
+    recipe, weights_of, spared_names = SPARED[kind]
+    config = load_recipe(RECIPES / f"{recipe}.toml")
+    assert not config.decay_centers_and_spreads  # an official recipe
+    weights = weights_of()
+    for weight in weights:  # nonzero everywhere: a decayed weight moves
+        weight.assign(np.ones(weight.shape, weight.dtype))
+    optimizer = run_optimizer(config, 0.1)
+    optimizer.apply_gradients([(np.zeros(w.shape, "float32"), w) for w in weights])  # only the decay moves them
+    spared = [w for w in weights if np.array_equal(ops.convert_to_numpy(w), np.ones(w.shape))]
+    assert {w.name for w in weights} >= spared_names  # the kind is there
+    assert sorted(w.path for w in spared) == sorted(w.path for w in weights if w.name in spared_names)

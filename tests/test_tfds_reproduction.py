@@ -55,3 +55,20 @@ def test_a_paper_recipe_trains_on_tfds_mock_data(dataset, recipe, tmp_path, caps
     assert (preset["num_classes"], preset["image_size"]) == (classes, 32)
     assert (tuple(preset["pixel_mean"]), tuple(preset["pixel_std"])) == (OFFICIAL_MEAN, OFFICIAL_STD)
     assert (tmp_path / "saved_models" / config["model"] / "1" / "saved_model.pb").exists()
+
+
+@requires_tensorflow
+def test_tfds_mock_data_with_its_default_policy_trains_and_real_missing_data_is_never_downloaded(tmp_path, capsys):
+    # How users test their tfds pipelines: no metadata files, so tfds mocks from the builder's code (no split sizes).
+    import tensorflow_datasets as tfds
+
+    quick = ["train", "--recipe", "training/recipes/quick.toml", "--dataset", "cifar10", "--epochs", "1",
+             "--steps-per-epoch", "2", "--jit-compile", "false", "--export-dir", "none", "--verbose", "0"]
+    with tfds.testing.mock_data(num_examples=100):
+        assert main([*quick, "--run-dir", str(tmp_path / "mocked")]) == 0, capsys.readouterr().err
+    assert len(json.loads((tmp_path / "mocked" / "metrics.json").read_text())["history"]["loss"]) == 1
+    data_dir = tmp_path / "tensorflow_datasets"
+    data_dir.mkdir()
+    assert main([*quick, "--data-dir", str(data_dir), "--run-dir", str(tmp_path / "real")]) == 2
+    assert f"data_dir='{data_dir}'" in capsys.readouterr().err
+    assert list(data_dir.iterdir()) == [] and not (tmp_path / "real").exists()  # nothing downloaded, nothing written

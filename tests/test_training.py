@@ -250,6 +250,20 @@ def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, ba
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("arrays, message", [
+    # Images of one colour: their statistics have no spread to normalise by.
+    ({"x": np.zeros((40, 8, 8, 3), np.uint8), "y": np.arange(40) % 2}, r"Received: pixel_std=0.0"),
+    ({"x_train": np.zeros((40, 8, 8, 3), np.uint8) + np.arange(40, dtype=np.uint8)[:, None, None, None],
+      "y_train": np.arange(40) % 2, "x_test": np.zeros((4, 16, 16, 3), np.uint8), "y_test": np.arange(4) % 2},
+     r"size of the dataset's training images \(8x8\)"),
+])
+def test_a_npz_that_cannot_train_fails_before_the_run_directory_exists(small_npz, tmp_path, arrays, message):
+    np.savez(tmp_path / "odd.npz", **arrays)
+    with pytest.raises(ValueError, match=message):
+        train(small_config(small_npz, tmp_path / "run", dataset=str(tmp_path / "odd.npz")))
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_path):
     from keras_attnconv.run_directory import RunDirectory, RunInUseError
 
@@ -339,3 +353,71 @@ def test_the_run_stops_on_a_nan_or_infinite_loss(loss):
     with pytest.raises(NonFiniteLossError, match=f"loss became {loss} during epoch 3"):
         StopOnNonFiniteLoss().on_epoch_end(2, {"loss": loss})
     StopOnNonFiniteLoss().on_epoch_end(2, {"loss": 1e30})  # large, finite: training goes on
+
+
+@pytest.mark.parametrize("logs", [{"loss": 1.0, "val_loss": float("nan")}, {"loss": 1.0, "val_loss": float("inf")},
+                                  {"loss": 1.0, "val_loss": 2.0, "val_accuracy": float("nan")}])
+def test_the_run_stops_on_a_nan_or_infinite_validation_figure(logs):
+    from keras_attnconv.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    name = next(name for name, value in logs.items() if not np.isfinite(value))
+    with pytest.raises(NonFiniteLossError, match=f"during epoch 2.*Received: {name}={logs[name]}"):
+        StopOnNonFiniteLoss().on_epoch_end(1, logs)
+
+
+def test_a_model_with_a_nan_validation_loss_is_never_kept_preset_exported_or_written(small_npz, tmp_path,
+                                                                                       monkeypatch):
+    from keras_attnconv.callbacks import NonFiniteLossError
+    from keras_attnconv.input_pipeline import EpochSync
+
+    def nan_outputs_from_the_second_validation_on(self, logs=None):  # as a model overflowing in float16 gives
+        if int(self.model.optimizer.iterations) == 2 * 2:  # both epochs' steps are done: the training loss is finite
+            kernel = self.model.get_layer("embedding").kernel
+            kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+
+    monkeypatch.setattr(EpochSync, "on_test_begin", nan_outputs_from_the_second_validation_on)
+    run, exports = tmp_path / "run", tmp_path / "saved_models"
+    config = small_config(small_npz, run, steps_per_epoch=2, export_dir=str(exports))
+    with pytest.raises(NonFiniteLossError, match="validation loss became nan during epoch 2.*Received: val_loss=nan"):
+        train_and_export(config)
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 1
+    assert json.loads((run / "backup" / "latest.json").read_text())["epoch"] == 1
+    assert "nan" not in (run / "history.csv").read_text()
+    assert not (run / "preset").exists() and not (run / "metrics.json").exists()
+    assert not (exports / "quadratic_tiny").exists()
+
+
+def test_the_nan_stops_advice_works_for_a_run_with_a_completed_epoch(small_npz, tmp_path, capsys):
+    from keras_attnconv.cli import main
+    from keras_attnconv.run_directory import RunDirectory
+
+    # The official schedule trains the first epoch at a rate of 0 (it completes), the second at 5e5 (it diverges).
+    diverging = ["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 8, "
+                 "intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "2", "--steps-per-epoch", "2",
+                 "--batch-size", "40", "--jit-compile", "false", "--schedule", "official", "--learning-rate", "1e6",
+                 "--run-dir", str(tmp_path / "run"), "--export-dir", "none", "--verbose", "0"]
+    assert main(diverging) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "became nan during epoch 2" in message and RunDirectory(tmp_path / "run").has_completed_epoch()
+    assert "lower --learning-rate" in message and "new --run-dir" in message
+    lower = [*diverging, "--learning-rate", "0.1"]  # (the last of a repeated flag wins)
+    assert main(lower) == 2  # the same directory with another rate is refused: its completed epoch is never lost
+    assert "completed epoch" in capsys.readouterr().err
+    assert main([*lower, "--run-dir", str(tmp_path / "lower")]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="exports need the TensorFlow backend")
+def test_nothing_non_finite_is_written_as_json(tmp_path):
+    from keras_attnconv import build_model, save_to_preset
+    from keras_attnconv.export import export_model
+    from keras_attnconv.utils import write_json
+
+    nan = {"metrics": {"eval_loss": float("nan")}}
+    with pytest.raises(ValueError, match=f"Cannot write .*not JSON compliant.*path='{tmp_path / 'm.json'}'"):
+        write_json(tmp_path / "m.json", nan)
+    model = build_model("quadratic_tiny", **SMALL_MODEL)
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        save_to_preset(model, tmp_path / "preset", metadata=nan)
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        export_model(model, tmp_path / "saved_models", metadata=nan)
+    assert sorted(tmp_path.iterdir()) == []
