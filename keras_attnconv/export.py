@@ -201,6 +201,7 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     staging = root.new_staging(name)
     info = {**(metadata or {}), **model_metadata(exported), "config": exported.get_config(), "serving_name": name,
             "format": format, "version": None}
+
     def write_metadata(directory, number):
         info["version"] = number
         (directory / METADATA_FILES[format]).write_text(json.dumps(info, indent=2, allow_nan=False) + "\n")
