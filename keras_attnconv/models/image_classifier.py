@@ -15,7 +15,7 @@ import keras
 
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
-from keras_attnconv.layers.pixel_normalization import check_channel_statistics
+from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils import check_known_fields, check_positive_int, plain_numbers
 
@@ -45,8 +45,9 @@ class ClassifierConfig:
             raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
         check_positive_int("image_size", self.image_size)
         plain_numbers(self)
-        self._set("pixel_mean", check_channel_statistics("pixel_mean", self.pixel_mean))
-        self._set("pixel_std", check_channel_statistics("pixel_std", self.pixel_std, positive=True))
+        mean, std = check_normalization(self.pixel_mean, self.pixel_std, names=("pixel_mean", "pixel_std"))
+        self._set("pixel_mean", mean)
+        self._set("pixel_std", std)
         if self.class_names is not None:
             names = self.class_names
             if (isinstance(names, str) or not isinstance(names, (list, tuple)) or len(names) != num_classes

@@ -23,3 +23,13 @@ def test_convolution_as_attention_checks_its_geometry_at_construction(arguments,
              "dilation_rate": (1, 1), "padding": "same"}
     with pytest.raises(ValueError, match=message):
         ConvolutionAsAttention(**{**valid, **arguments})
+
+
+@pytest.mark.parametrize("mean, std, named", [
+    ((0.5, 0.5, 0.5), (1e-50, 0.2, 0.2), "`std`"),  # 1 / std overflows float32 (and std rounds to 0 there)
+    ((1e39, 0.5, 0.5), (0.2, 0.2, 0.2), "`mean`"),  # float32's largest number is 3.4e38
+    ((1e30, 0.5, 0.5), (1e-10, 0.2, 0.2), "`mean / std`"),
+])
+def test_statistics_float32_cannot_hold_are_refused_by_name(mean, std, named):
+    with pytest.raises(ValueError, match=f"{named} must be a number float32 can hold"):
+        PixelNormalization(mean, std)

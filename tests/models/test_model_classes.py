@@ -121,6 +121,8 @@ def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_pa
     ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
     ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
     ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
+    ({"pixel_std": (1e-50, 0.2, 0.2)}, "`pixel_std` must be a number float32 can hold.*pixel_std=\\(1e-50"),
+    ({"pixel_mean": (1e39, 0.2, 0.2)}, "`pixel_mean` must be a number float32 can hold.*pixel_mean=\\(1e\\+39"),
     ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
     ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
 ])
