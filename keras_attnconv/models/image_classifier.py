@@ -50,10 +50,11 @@ class ClassifierConfig:
         self._set("pixel_std", std)
         if self.class_names is not None:
             names = self.class_names
+            names = names.tolist() if hasattr(names, "tolist") else names  # a NumPy array: its Python lists
             if (isinstance(names, str) or not isinstance(names, (list, tuple)) or len(names) != num_classes
-                    or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names)):
+                    or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
                 raise ValueError(f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
-                                 f"class. Received: class_names={names!r}")
+                                 f"class (a list or a 1-D array). Received: class_names={names!r}")
             self._set("class_names", tuple(names))
 
     def _set(self, field, value):
@@ -84,6 +85,15 @@ def _only_shapes():
     except ImportError:  # another Keras layout: check always
         return False
     return in_symbolic_scope()
+
+
+def _describe(inputs):
+    """What a model was called on, in a few words: a type and shapes, never the values."""
+    if isinstance(inputs, (list, tuple, dict)):
+        shapes = [tuple(x.shape) if hasattr(x, "shape") else type(x).__name__ for x in keras.tree.flatten(inputs)]
+        shown = ", ".join(map(str, shapes[:3])) + (", ..." if len(shapes) > 3 else "")
+        return f"a {type(inputs).__name__} of {len(shapes)} items ({shown})"
+    return f"an array of shape {tuple(inputs.shape)}" if hasattr(inputs, "shape") else repr(inputs)[:80]
 
 
 class ImageClassifier(keras.Model):
@@ -138,7 +148,12 @@ class ImageClassifier(keras.Model):
     def _check_images(self, inputs):
         if _only_shapes():
             return
-        (images,) = keras.tree.flatten(inputs)
+        flat = keras.tree.flatten(inputs)
+        if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
+            size = self.config.image_size
+            raise ValueError(f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
+                             f"{size}, 3); stack a list of images first (np.stack). Received: images={_describe(inputs)}")
+        (images,) = flat
         dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
         if dtype != "uint8":
             raise ValueError(f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "

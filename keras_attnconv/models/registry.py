@@ -107,6 +107,8 @@ def list_models():
 
 
 def _entry(name):
+    if not isinstance(name, str):  # a list would not even hash
+        raise ValueError(f"`name` must be a model name, one of list_models(). Received: name={name!r}")
     if name not in _REGISTRY:
         raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}. "
                          f"Received: name={name!r}")

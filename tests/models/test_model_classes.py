@@ -118,6 +118,7 @@ def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_pa
     ({"class_names": ["a", "b"]}, "10 distinct non-empty strings.*class_names=\\['a', 'b'\\]"),
     ({"class_names": "abcdefghij"}, "class_names='abcdefghij'"),
     ({"class_names": ["a"] * 10}, "distinct"),
+    ({"class_names": np.array([[str(i)] for i in range(10)])}, "1-D array.*class_names=\\[\\['0'\\], \\['1'\\]"),
     ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
     ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
     ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
@@ -139,3 +140,20 @@ def test_an_unknown_constructor_argument_is_named():
 def test_predicting_no_images_is_named():
     with pytest.raises(ValueError, match=r"got no images to predict. Received: x of shape \(0, 8, 8, 3\)"):
         build_model("quadratic_tiny", **SMALL).predict(np.zeros((0, 8, 8, 3), np.uint8), verbose=0)
+
+
+def test_class_names_may_be_a_1d_array_of_strings():
+    names = np.array([f"c{i}" for i in range(10)])
+    assert build_model("quadratic_tiny", class_names=names, **SMALL).class_names == tuple(names.tolist())
+
+
+@pytest.mark.parametrize("images, received", [
+    ([pixels(1)[0], pixels(1)[0]], r"a list of 2 items \(\(8, 8, 3\), \(8, 8, 3\)\)"),
+    (pixels(1)[0], r"an array of shape \(8, 8, 3\)"),
+], ids=["list of images", "one image without its batch axis"])
+def test_images_other_than_one_batch_array_are_named(images, received):
+    model = build_model("quadratic_tiny", **SMALL)
+    with pytest.raises(ValueError, match=f"takes one uint8 array of images \\(batch, 8, 8, 3\\).*Received: images={received}"):
+        model(images)
+    with pytest.raises(ValueError, match="takes one uint8 array of images"):
+        model.predict(images, verbose=0)
