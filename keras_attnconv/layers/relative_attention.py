@@ -211,6 +211,10 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
             self.position_score = get_position_score(position_score, self.num_heads)
             self._check_score_layer(self.position_score)
         self.separable = separable
+        score = self.position_score or POSITION_SCORES.get(self._position_score_name)
+        if separable is True and not self.uses_content and not score.separable:
+            raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+                             "Received: separable=True")
         self.attention_span = self._make_attention_span(attention_span)
         self.window, self.dilation = window_arguments(window, dilation)
         self._check_window_arguments(windowed)

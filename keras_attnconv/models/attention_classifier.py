@@ -12,6 +12,7 @@ from keras_attnconv.layers import (
     LearnedPositionEmbedding,
     LearnedRelativeScore,
     QuadraticScore,
+    RelativeMultiHeadAttention,
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
@@ -180,6 +181,11 @@ class AttentionClassifierConfig(ClassifierConfig):
                     raise ValueError(f"`attention_options` may set {', '.join(ATTENTION_OPTIONS)} (the config's own "
                                      f"fields set the others).{did_you_mean(option, ATTENTION_OPTIONS)} "
                                      f"Received: attention_options={self.attention_options!r}")
+            try:  # the values, by the layer that takes them (constructing it allocates nothing)
+                RelativeMultiHeadAttention(self.heads_per_layer[0], position_score=self.position_score,
+                                           **_attention_arguments(self))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"Invalid `attention_options` {self.attention_options!r}: {error}") from None
 
     @property
     def heads_per_layer(self):
@@ -191,6 +197,22 @@ class AttentionClassifierConfig(ClassifierConfig):
     def build(self, name=None, dtype=None):
         """The `AttentionClassifier` of this config, every layer in the dtype policy `dtype`."""
         return AttentionClassifier(**dataclasses.asdict(self), name=name, dtype=dtype)
+
+
+def _attention_arguments(config):
+    """The `RelativeMultiHeadAttention` arguments of every block but its heads and position score."""
+    arguments = {
+        **(config.attention_options or {}),
+        "use_content_content": config.use_content_content,
+        "use_content_position": config.use_content_position,
+        "use_position_bias": config.use_position_bias,
+        "key_dim": config.hidden_dim,
+    }
+    if config.attention_span is not None:
+        arguments["attention_span"] = dict(config.attention_span)
+    if config.window is not None:  # only when set: configs saved before windows existed stay as they were
+        arguments.update(window=config.window, dilation=config.dilation)
+    return arguments
 
 
 def _position_score(config, num_heads, dtype):
@@ -257,17 +279,7 @@ class AttentionClassifier(ImageClassifier):
         if config.absolute_encoding:
             encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
             x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])
-        attention_options = {
-            **(config.attention_options or {}),
-            "use_content_content": config.use_content_content,
-            "use_content_position": config.use_content_position,
-            "use_position_bias": config.use_position_bias,
-            "key_dim": config.hidden_dim,
-        }
-        if config.attention_span is not None:
-            attention_options["attention_span"] = dict(config.attention_span)
-        if config.window is not None:  # only when set: configs saved before windows existed stay as they were
-            attention_options.update(window=config.window, dilation=config.dilation)
+        attention_options = _attention_arguments(config)
         for index, num_heads in enumerate(config.heads_per_layer):
             x = TransformerEncoderBlock(
                 num_heads=num_heads,

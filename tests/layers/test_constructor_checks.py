@@ -2,12 +2,18 @@
 
 import pytest
 
-from keras_attnconv.layers import ConvolutionAsAttention, PixelNormalization, RelativeMultiHeadAttention
+from keras_attnconv.layers import ConvolutionAsAttention, GaussianScore, PixelNormalization, RelativeMultiHeadAttention
 
 
 def test_an_unknown_position_score_name_is_refused_at_construction_with_the_closest_name():
     with pytest.raises(ValueError, match="Did you mean 'quadratic'.*Received: position_score='quadratc'"):
         RelativeMultiHeadAttention(2, position_score="quadratc")
+
+
+@pytest.mark.parametrize("score", ["gaussian", GaussianScore(2)], ids=["name", "layer"])
+def test_separable_true_on_scores_that_are_not_separable_is_refused_at_construction(score):
+    with pytest.raises(ValueError, match="GaussianScore scores are not separable by axis. Received: separable=True"):
+        RelativeMultiHeadAttention(2, position_score=score, separable=True)
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_attnconv import AttentionClassifier, ResNet, build_model
+from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
 from keras_attnconv.models.attention_classifier import with_attention_options
 
@@ -126,10 +126,17 @@ def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_pa
     ({"pixel_mean": (1e39, 0.2, 0.2)}, "`pixel_mean` must be a number float32 can hold.*pixel_mean=\\(1e\\+39"),
     ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
     ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
+    # Values, by the layer that takes them, when the config is made (not when the layers are built).
+    ({"attention_options": {"separable": "maybe"}}, "Invalid `attention_options`.*Received: separable='maybe'"),
+    ({"attention_options": {"content_scale": -1.0}}, "Received: content_scale=-1.0"),
+    ({"attention_options": {"bias_initializer": "bogus"}}, "Received: bias_initializer='bogus'"),
+    ({"attention_options": {"windowed": True}}, "needs a `window`"),
 ])
 def test_bad_preprocessing_and_options_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
         build_model("quadratic_tiny", **SMALL, **overrides)
+    with pytest.raises(ValueError, match=message):  # the config alone, as a recipe's model_overrides are checked
+        get_model_config("quadratic_tiny", **overrides)
 
 
 def test_an_unknown_constructor_argument_is_named():
