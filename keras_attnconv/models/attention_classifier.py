@@ -10,6 +10,7 @@ from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
+    POSITION_SCORES,
     LearnedRelativeScore,
     QuadraticScore,
     RelativeMultiHeadAttention,
@@ -20,7 +21,7 @@ from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.position_score import OFFICIAL_CENTER_STDDEV
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
-from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.models.validation import check_config_fields, check_sizes
 from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
@@ -142,10 +143,7 @@ class AttentionClassifierConfig(ClassifierConfig):
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
                 f"Received: image_size={self.image_size}"
             )
-        window, dilation = window_arguments(self.window, self.dilation)  # the layer's own rules, before building
-        if window is not None:
-            side = self.image_size // self.downsampling
-            get_neighbourhood(side, side, window, dilation)  # whether the window fits the map
+        window_arguments(self.window, self.dilation)  # the layer's own rules, before building
         uses_positions = self.use_content_position or self.use_position_bias
         if not uses_positions and self.position_score is not None:
             raise ValueError("`position_score` must be None when no position term is used. "
@@ -186,6 +184,41 @@ class AttentionClassifierConfig(ClassifierConfig):
                                            **_attention_arguments(self))
             except (TypeError, ValueError) as error:
                 raise ValueError(f"Invalid `attention_options` {self.attention_options!r}: {error}") from None
+
+        check_sizes(self, self.largest_tensors())  # before the window's tables are made
+        window, dilation = window_arguments(self.window, self.dilation)
+        if window is not None:
+            side = self.image_size // self.downsampling
+            get_neighbourhood(side, side, window, dilation)  # whether the window fits the map
+
+    def largest_tensors(self):
+        """``(what, fields, elements)`` of the largest tensors of the model (see `check_sizes`)."""
+        side = self.image_size // self.downsampling
+        tokens, heads, hidden = side * side, max(self.heads_per_layer), self.hidden_dim
+        options = self.attention_options or {}
+        span = None if self.attention_span is None else AttentionSpan(1, **self.attention_span)
+        window = window_arguments(self.window, self.dilation)[0] or (span.window[0] if span and span.window else None)
+        content = self.use_content_content or self.use_content_position or options.get("use_key_bias", False)
+        if window is not None:
+            keys = window[0] * window[1]
+        elif (not content and POSITION_SCORES[self.position_score].separable and options.get("separable") is not False
+              and (span is None or span.separable)):
+            keys = 2 * side  # a row pass and a column pass
+        else:
+            keys = tokens
+        tables = (2 * side - 1) * (self.position_embedding_dim or hidden) if self.position_score == "learned" else 0
+        attention = hidden * hidden * (3 if content else 1)  # per head: the merged value/output (and query, key)
+        weights = (sum(self.heads_per_layer) * attention + self.num_layers * (2 * hidden * self.intermediate_dim + tables)
+                   + hidden * self.num_classes + tokens * hidden)
+        return [("The logits kernel", ("num_classes", "hidden_dim"), hidden * self.num_classes),
+                ("A block's feed-forward kernel", ("hidden_dim", "intermediate_dim"), hidden * self.intermediate_dim),
+                ("A block's attention kernels", ("num_heads", "hidden_dim"), heads * attention),
+                ("A block's learned position tables", ("image_size", "downsampling", "position_embedding_dim"), tables),
+                ("One image's feature maps", ("image_size", "downsampling", "hidden_dim", "intermediate_dim"),
+                 tokens * max(hidden, self.intermediate_dim, 3 * self.downsampling**2)),
+                ("One image's attention scores", ("image_size", "downsampling", "num_heads", "window"),
+                 heads * tokens * keys),
+                ("The weights", ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "num_classes"), weights)]
 
     @property
     def heads_per_layer(self):

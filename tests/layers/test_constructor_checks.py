@@ -39,3 +39,10 @@ def test_convolution_as_attention_checks_its_geometry_at_construction(arguments,
 def test_statistics_float32_cannot_hold_are_refused_by_name(mean, std, named):
     with pytest.raises(ValueError, match=f"{named} must be a number float32 can hold"):
         PixelNormalization(mean, std)
+
+
+def test_a_window_on_a_huge_map_is_refused_before_its_tables_are_made():
+    from keras_attnconv.layers.neighbourhood import get_neighbourhood
+
+    with pytest.raises(ValueError, match="index tables.*height=50000, width=50000, window=\\(7, 7\\)"):
+        get_neighbourhood(50000, 50000, (7, 7))

@@ -164,3 +164,24 @@ def test_images_other_than_one_batch_array_are_named(images, received):
         model(images)
     with pytest.raises(ValueError, match="takes one uint8 array of images"):
         model.predict(images, verbose=0)
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    ("learned_content_local_tiny", {"image_size": 100000}, "One image's feature maps.*image_size=100000"),
+    ("quadratic_tiny", {"num_classes": 10**9}, "The logits kernel would take about 179 GiB.*num_classes=1000000000"),
+    ("quadratic_tiny", {"intermediate_dim": 10**9}, "feed-forward kernel.*intermediate_dim=1000000000"),
+    ("quadratic_tiny", {"num_layers": 10**7}, "The weights.*num_layers=10000000"),
+    ("absolute_learned_tiny", {"image_size": 512}, "attention scores would take about 144 GiB.*image_size=512"),
+    ("resnet_tiny", {"widths": (16, 32, 10**6)}, r"A convolution kernel.*widths=\(16, 32, 1000000\)"),
+    ("resnet_tiny", {"num_classes": 10**9}, "The logits kernel.*num_classes=1000000000"),
+])
+def test_sizes_beyond_the_limit_are_named_before_anything_is_allocated(name, overrides, message):
+    # Each used to allocate tens of GiB in the config check, or to end in an out-of-memory error naming nothing.
+    with pytest.raises(ValueError, match=message):
+        get_model_config(name, **overrides)
+
+
+def test_large_images_with_a_window_or_separable_heads_stay_within_the_limit():
+    # Neither forms a (tokens x tokens) table per image: the estimate follows the path the layers take.
+    for name in ("quadratic", "learned_content_local", "quadratic_span_local"):
+        get_model_config(name, image_size=256)
