@@ -9,9 +9,11 @@ the same configuration, preprocessing and class names.
 """
 
 import dataclasses
+import inspect
 import numbers
 
 import keras
+import numpy as np
 
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
@@ -72,6 +74,30 @@ class ClassifierConfig:
         """``cls(**fields)``, an unknown field being a ValueError naming it and the closest valid one."""
         check_known_fields(fields, [f.name for f in dataclasses.fields(cls)], owner)
         return cls(**fields)
+
+
+def _reads_probabilities(loss):
+    """Whether `loss` (a Keras loss, its name or its function) reads predictions as probabilities."""
+    if isinstance(loss, str):
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:  # an unknown name: Keras' compile names it
+            return False
+    if isinstance(loss, keras.losses.Loss):
+        return loss.get_config().get("from_logits") is False
+    if callable(loss):
+        try:
+            parameter = inspect.signature(loss).parameters.get("from_logits")
+        except (TypeError, ValueError):  # a callable without a signature
+            return False
+        return parameter is not None and parameter.default is False
+    return False
+
+
+def _loss_name(loss):
+    if isinstance(loss, keras.losses.Loss):
+        return f"{type(loss).__name__}(name={loss.name!r}, from_logits=False)"
+    return repr(loss) if isinstance(loss, str) else getattr(loss, "__name__", repr(loss))
 
 
 def _only_shapes():
@@ -167,6 +193,51 @@ class ImageClassifier(keras.Model):
     def call(self, inputs, training=None, mask=None, **kwargs):
         self._check_images(inputs)  # `fit` on JAX calls `call` directly (stateless_call)
         return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def compile(self, optimizer="auto", loss="auto", *, metrics="auto", **kwargs):
+        """`keras.Model.compile` with defaults for a classifier of logits, as keras-hub's tasks have.
+
+        Args:
+            optimizer: ``"auto"`` is ``keras.optimizers.Adam()`` (learning rate 1e-3).
+            loss: ``"auto"`` is ``SparseCategoricalCrossentropy(from_logits=True)``. The model outputs
+                logits: a loss that would read them as probabilities (``from_logits=False``: the names
+                ``"sparse_categorical_crossentropy"``, ``"categorical_crossentropy"``, their functions,
+                or those losses made without ``from_logits=True``) is a ValueError naming it: it would
+                train silently with another loss.
+            metrics: ``"auto"`` is sparse categorical accuracy (named ``"accuracy"``).
+            **kwargs: the other arguments of `keras.Model.compile`.
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.Adam()
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        for item in keras.tree.flatten(loss):
+            if _reads_probabilities(item):
+                raise ValueError(f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
+                                 "them as probabilities. Pass a loss with from_logits=True, e.g. keras.losses."
+                                 "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
+                                 f"that one. Received: loss={_loss_name(item)}")
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        # A label out of range trains on garbage (JAX) or fails deep in the backend (TensorFlow). Checked
+        # here on NumPy labels only, once per fit: a dataset's labels would cost a pass over the data.
+        self._check_labels(y, "y")
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and len(validation) >= 2:
+            self._check_labels(validation[1], "validation_data")
+        return super().fit(x, y, *args, **kwargs)
+
+    def _check_labels(self, labels, argument):
+        labels = np.asarray(labels) if isinstance(labels, (np.ndarray, list)) else None
+        sparse = labels is not None and labels.size and labels.dtype.kind in "iuf" and (
+            labels.ndim <= 1 or labels.shape[-1] == 1)  # one-hot labels have one column per class
+        if sparse and not (labels.min() >= 0 and labels.max() < self.config.num_classes):
+            bad = labels.min() if labels.min() < 0 else labels.max()
+            raise ValueError(f"{type(self).__name__} {self.name!r} has {self.config.num_classes} classes: labels "
+                             f"must lie in [0, {self.config.num_classes}). Received: {argument} with the label {bad}")
 
     def predict(self, x, *args, **kwargs):
         if hasattr(x, "shape") and len(x.shape) and x.shape[0] == 0:  # Keras fails on it with an UnboundLocalError

@@ -185,3 +185,36 @@ def test_large_images_with_a_window_or_separable_heads_stay_within_the_limit():
     # Neither forms a (tokens x tokens) table per image: the estimate follows the path the layers take.
     for name in ("quadratic", "learned_content_local", "quadratic_span_local"):
         get_model_config(name, image_size=256)
+
+
+def test_compile_alone_trains_the_logits_with_a_from_logits_loss_and_accuracy():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    model.compile()
+    assert isinstance(model.optimizer, keras.optimizers.Adam)
+    history = model.fit(pixels(20), np.arange(20) % 10, epochs=1, verbose=0).history
+    # Crossentropy of near-uniform logits over 10 classes is about ln(10) = 2.3; read as probabilities, 8 to 9.
+    assert abs(history["loss"][0] - np.log(10)) < 0.5 and "accuracy" in history
+
+
+@pytest.mark.parametrize("loss", [
+    "sparse_categorical_crossentropy", "categorical_crossentropy", "SparseCategoricalCrossentropy",
+    keras.losses.sparse_categorical_crossentropy, keras.losses.SparseCategoricalCrossentropy(),
+    keras.losses.CategoricalCrossentropy(from_logits=False), [keras.losses.SparseCategoricalCrossentropy()],
+], ids=lambda loss: getattr(loss, "__name__", None) or type(loss).__name__ + repr(loss)[:40])
+def test_a_loss_that_reads_the_logits_as_probabilities_is_refused(loss):
+    model = build_model("quadratic_tiny", **SMALL)
+    with pytest.raises(ValueError, match="outputs logits, and this loss would read them as probabilities.*"
+                                         "Received: loss="):
+        model.compile("sgd", loss)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # the one meant
+
+
+@pytest.mark.parametrize("labels, keyword, label", [(np.arange(4) + 7, "y", 10), (np.array([0, -1, 2, 3]), "y", -1),
+                                                    (np.array([0, 1, 2, 12]), "validation_data", 12)])
+def test_a_label_out_of_range_in_fit_names_the_label_and_the_number_of_classes(labels, keyword, label):
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile()
+    y, validation = (labels, None) if keyword == "y" else (np.zeros(4, int), (pixels(4), labels))
+    with pytest.raises(ValueError, match=rf"has 10 classes: labels must lie in \[0, 10\). "
+                                         rf"Received: {keyword} with the label {label}"):
+        model.fit(pixels(4), y, validation_data=validation, epochs=1, verbose=0)
