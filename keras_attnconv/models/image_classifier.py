@@ -148,7 +148,10 @@ class ImageClassifier(keras.Model):
     config_class = None
     default_name = None
 
-    def __init__(self, *, dtype=None, name=None, trainable=True, **fields):
+    def __init__(self, *args, dtype=None, name=None, trainable=True, **fields):
+        if args:  # a functional model's (inputs, outputs): `keras.models.clone_model` (see `_run_through_graph`)
+            self._init_clone(*args, name=name)
+            return
         config = self.config_class.from_fields(fields, type(self).__name__)
         policy = dtype_policy(dtype)
         images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
@@ -161,6 +164,25 @@ class ImageClassifier(keras.Model):
         super().__init__(images, logits, name=name or self.default_name, trainable=trainable)
         self.config = config
         self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
+
+    def _run_through_graph(self, inputs, operation_fn=lambda op: op, call_fn=None):
+        # `keras.models.clone_model` runs the graph on new inputs with cloned layers, then calls this
+        # class with the result as a functional model's (inputs, outputs), which say nothing of the
+        # config: symbolic outputs carry it, so that the clone is of this class with this config.
+        outputs = super()._run_through_graph(inputs, operation_fn=operation_fn, call_fn=call_fn)
+        if isinstance(outputs, keras.KerasTensor):
+            outputs._classifier_config = self.get_config()
+        return outputs
+
+    def _init_clone(self, inputs, outputs, name=None):
+        config = getattr(outputs, "_classifier_config", None)
+        if config is None:
+            raise ValueError(f"{type(self).__name__} is built from its config fields, not from a graph's inputs and "
+                             f"outputs (only keras.models.clone_model passes those). Received: outputs={outputs!r}")
+        fields = {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
+        super().__init__(inputs, outputs, name=name or config["name"], trainable=config["trainable"])
+        self.config = self.config_class.from_fields(fields, type(self).__name__)
+        self.dtype_policy = dtype_policy(config["dtype"])
 
     @staticmethod
     def features(x, config, dtype):
@@ -220,6 +242,12 @@ class ImageClassifier(keras.Model):
                                  "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
                                  f"that one. Received: loss={_loss_name(item)}")
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def compile_from_config(self, config):
+        # As Keras' own, which skips a custom `compile`: the config holds the arguments this one resolved.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)  # so that saved optimizer variables load
 
     def fit(self, x=None, y=None, *args, **kwargs):
         # A label out of range trains on garbage (JAX) or fails deep in the backend (TensorFlow). Checked

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -218,3 +219,29 @@ def test_a_label_out_of_range_in_fit_names_the_label_and_the_number_of_classes(l
     with pytest.raises(ValueError, match=rf"has 10 classes: labels must lie in \[0, 10\). "
                                          rf"Received: {keyword} with the label {label}"):
         model.fit(pixels(4), y, validation_data=validation, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("name, fields", [("quadratic_tiny", SMALL), ("resnet_tiny", {"image_size": 8})])
+def test_clone_model_gives_the_same_class_and_config_with_new_weights(name, fields):
+    model = build_model(name, class_names=[f"c{i}" for i in range(10)], dtype="mixed_bfloat16", **fields)
+    model.compile()
+    clone = keras.models.clone_model(model)
+    assert type(clone) is type(model) and clone.get_config() == model.get_config()
+    assert clone.class_names == model.class_names and clone.dtype_policy.name == "mixed_bfloat16"
+    assert isinstance(clone.loss, keras.losses.SparseCategoricalCrossentropy) and clone.loss.get_config()["from_logits"]
+    with pytest.raises(ValueError, match="takes uint8 images"):
+        clone(np.zeros((1, 8, 8, 3), "float32"))
+    assert ops.convert_to_numpy(clone(pixels())).shape == (2, 10)
+    assert any(not np.array_equal(a, b) for a, b in zip(clone.get_weights(), model.get_weights()))
+
+
+def test_a_trained_model_reloads_compiled_without_a_warning(tmp_path):
+    # Keras skips compiling a model whose class has its own `compile`, with a warning, unless it loads its config.
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile()
+    model.fit(pixels(), np.array([0, 1]), epochs=1, verbose=0)
+    model.save(tmp_path / "model.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert loaded.compiled and loaded.loss.get_config()["from_logits"]
