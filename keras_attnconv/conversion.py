@@ -16,6 +16,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers import ConvolutionAsAttention, QuadraticScore, RelativeMultiHeadAttention
+from keras_attnconv.layers.validation import check_tensor_bytes
 from keras_attnconv.utils import check_choice, check_positive_int, check_real, check_seed
 
 #: Softmax weight of a pixel one step from a head's center is exp(-alpha):
@@ -113,6 +114,9 @@ def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dila
         check_positive_int(name, value)
     check_choice("padding", padding, ("same", "valid"))
     check_seed("seed", seed)
+    check_tensor_bytes("The images", 4 * 2 * size * size * channels, f"size={size}, channels={channels}")
+    check_tensor_bytes("The convolution's kernel", 4 * kernel_size**2 * channels * filters,
+                       f"kernel_size={kernel_size}, channels={channels}, filters={filters}")
     needed = dilation * (kernel_size - 1) + 1
     if padding == "valid" and size < needed:
         raise ValueError(f"A {kernel_size}x{kernel_size} kernel with dilation {dilation} needs images of at least "

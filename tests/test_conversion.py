@@ -115,3 +115,10 @@ def test_an_alpha_that_is_not_a_positive_float32_number_is_refused_by_name(alpha
     conv.build((None, 8, 8, 1))
     with pytest.raises(ValueError, match=re.escape(f"Received: alpha={alpha}")):
         conv_to_attention(conv, alpha=alpha)
+
+
+@pytest.mark.parametrize("arguments, message", [({"size": 10**6}, "The images.*size=1000000"),
+                                                ({"filters": 10**9}, "kernel.*filters=1000000000")])
+def test_measure_conversion_names_a_size_beyond_the_limit_before_allocating(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        measure_conversion(**arguments)

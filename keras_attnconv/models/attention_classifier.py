@@ -166,6 +166,13 @@ class AttentionClassifierConfig(ClassifierConfig):
                 AttentionSpan(1, **self.attention_span)
             except (TypeError, ValueError) as error:
                 raise ValueError(f"Invalid `attention_span` {self.attention_span!r}: {error}") from None
+        embedding_dim = self.position_embedding_dim or self.hidden_dim - self.hidden_dim % 2
+        if (self.use_content_position and self.position_score == "learned" and embedding_dim > self.hidden_dim
+                and not (self.attention_options or {}).get("position_key_projection")):
+            raise ValueError("The content-position term meets the learned encoding with the first query features: "
+                             "`position_embedding_dim` must not exceed `hidden_dim` (or set attention_options="
+                             "{'position_key_projection': True}). Received: "
+                             f"position_embedding_dim={self.position_embedding_dim}, hidden_dim={self.hidden_dim}")
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):
             raise ValueError(
                 "At least one of use_content_content, use_content_position, use_position_bias must be True."
@@ -261,7 +268,7 @@ def _position_score(config, num_heads, dtype):
         return GaussianScore(num_heads, head_vectors=config.use_position_bias, dtype="float32", **centers)
     if config.position_score != "learned":
         return config.position_score
-    embedding_dim = config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2
+    embedding_dim = config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2  # as the config checks
     if official:  # nn.Embedding's N(0, 1) tables; the heads' vectors are nn.Linear maps
         tables, vectors = keras.initializers.RandomNormal(stddev=1.0), FanInUniform()
     else:

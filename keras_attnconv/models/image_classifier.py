@@ -226,7 +226,7 @@ class ImageClassifier(keras.Model):
                 ``"sparse_categorical_crossentropy"``, ``"categorical_crossentropy"``, their functions,
                 or those losses made without ``from_logits=True``) is a ValueError naming it: it would
                 train silently with another loss.
-            metrics: ``"auto"`` is sparse categorical accuracy (named ``"accuracy"``).
+            metrics: ``"auto"`` is ``["accuracy"]`` (of integer or one-hot labels).
             **kwargs: the other arguments of `keras.Model.compile`.
         """
         if optimizer == "auto":
@@ -234,7 +234,7 @@ class ImageClassifier(keras.Model):
         if loss == "auto":
             loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+            metrics = ["accuracy"]  # Keras picks sparse or one-hot accuracy from the labels
         for item in keras.tree.flatten(loss):
             if _reads_probabilities(item):
                 raise ValueError(f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
@@ -293,7 +293,11 @@ class ImageClassifier(keras.Model):
         model trained in mixed precision; `changes` must keep every weight's shape.
         """
         copy = type(self).from_config({**self.get_config(), **changes})
-        copy.set_weights(self.get_weights())
+        try:
+            copy.set_weights(self.get_weights())
+        except ValueError as error:
+            raise ValueError(f"`with_config` changes must keep every weight's shape ({error}). "
+                             f"Received: {', '.join(f'{k}={v!r}' for k, v in changes.items())}") from None
         return copy
 
     def get_config(self):

@@ -245,3 +245,15 @@ def test_a_trained_model_reloads_compiled_without_a_warning(tmp_path):
         warnings.simplefilter("error", UserWarning)
         loaded = keras.saving.load_model(tmp_path / "model.keras")
     assert loaded.compiled and loaded.loss.get_config()["from_logits"]
+
+
+def test_compile_alone_fits_one_hot_labels_with_a_categorical_loss_too():
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # the default metrics follow the labels
+    history = model.fit(pixels(), np.eye(10)[[0, 1]], epochs=1, verbose=0).history
+    assert "accuracy" in history
+
+
+def test_with_config_that_changes_a_weights_shape_is_named():
+    with pytest.raises(ValueError, match="must keep every weight's shape.*Received: num_classes=3"):
+        build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)
