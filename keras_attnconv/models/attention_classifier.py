@@ -215,8 +215,8 @@ class AttentionClassifierConfig(ClassifierConfig):
             keys = tokens
         tables = (2 * side - 1) * (self.position_embedding_dim or hidden) if self.position_score == "learned" else 0
         attention = hidden * hidden * (3 if content else 1)  # per head: the merged value/output (and query, key)
-        weights = (sum(self.heads_per_layer) * attention + self.num_layers * (2 * hidden * self.intermediate_dim + tables)
-                   + hidden * self.num_classes + tokens * hidden)
+        weights = (sum(self.heads_per_layer) * attention + hidden * self.num_classes + tokens * hidden
+                   + self.num_layers * (2 * hidden * self.intermediate_dim + tables))
         return [("The logits kernel", ("num_classes", "hidden_dim"), hidden * self.num_classes),
                 ("A block's feed-forward kernel", ("hidden_dim", "intermediate_dim"), hidden * self.intermediate_dim),
                 ("A block's attention kernels", ("num_heads", "hidden_dim"), heads * attention),

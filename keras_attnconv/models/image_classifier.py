@@ -200,7 +200,8 @@ class ImageClassifier(keras.Model):
         if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
             size = self.config.image_size
             raise ValueError(f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
-                             f"{size}, 3); stack a list of images first (np.stack). Received: images={_describe(inputs)}")
+                             f"{size}, 3); stack a list of images first (np.stack). "
+                             f"Received: images={_describe(inputs)}")
         (images,) = flat
         dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
         if dtype != "uint8":

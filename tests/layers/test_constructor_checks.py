@@ -2,8 +2,13 @@
 
 import pytest
 
-from keras_attnconv.layers import (ConvolutionAsAttention, GaussianScore, PixelNormalization, RelativeMultiHeadAttention,
-                                   TransformerEncoderBlock)
+from keras_attnconv.layers import (
+    ConvolutionAsAttention,
+    GaussianScore,
+    PixelNormalization,
+    RelativeMultiHeadAttention,
+    TransformerEncoderBlock,
+)
 
 
 def test_an_unknown_position_score_name_is_refused_at_construction_with_the_closest_name():
@@ -50,5 +55,6 @@ def test_a_window_on_a_huge_map_is_refused_before_its_tables_are_made():
 
 
 def test_encoder_block_attention_options_must_be_a_dict():
-    with pytest.raises(ValueError, match="a dict of RelativeMultiHeadAttention arguments. Received: attention_options='x'"):
+    with pytest.raises(ValueError, match="a dict of RelativeMultiHeadAttention arguments. "
+                                         "Received: attention_options='x'"):
         TransformerEncoderBlock(2, 8, attention_options="x")

@@ -161,7 +161,8 @@ def test_class_names_may_be_a_1d_array_of_strings():
 ], ids=["list of images", "one image without its batch axis"])
 def test_images_other_than_one_batch_array_are_named(images, received):
     model = build_model("quadratic_tiny", **SMALL)
-    with pytest.raises(ValueError, match=f"takes one uint8 array of images \\(batch, 8, 8, 3\\).*Received: images={received}"):
+    message = rf"takes one uint8 array of images \(batch, 8, 8, 3\).*Received: images={received}"
+    with pytest.raises(ValueError, match=message):
         model(images)
     with pytest.raises(ValueError, match="takes one uint8 array of images"):
         model.predict(images, verbose=0)
