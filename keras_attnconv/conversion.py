@@ -16,7 +16,8 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers import ConvolutionAsAttention, QuadraticScore, RelativeMultiHeadAttention
-from keras_attnconv.utils import check_choice, check_positive_int, check_seed
+from keras_attnconv.layers.validation import check_tensor_bytes
+from keras_attnconv.utils import check_choice, check_positive_int, check_real, check_seed
 
 #: Softmax weight of a pixel one step from a head's center is exp(-alpha):
 #: exp(-100) ~ 4e-44 is below float32 resolution next to 1 (Lemma 2 needs >= 46).
@@ -29,7 +30,8 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
     Args:
         conv: a built `keras.layers.Conv2D` or `keras.layers.Conv1D` with
             ``padding`` "same" or "valid", ``channels_last``, ``groups=1``.
-        alpha: the quadratic encoding's sharpness (default 100, hard in float32).
+        alpha: the quadratic encoding's sharpness, a positive number float32
+            can hold (default 100, hard in float32).
 
     Returns:
         A `ConvolutionAsAttention` layer: ``conv.kernel_size`` product heads,
@@ -44,6 +46,8 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
     >>> layer.attention.num_heads
     9
     """
+    # alpha scales float32 scores: beyond float32's range it would be inf, and inf * 0 (a head's center) NaN.
+    check_real("alpha", alpha, low=0.0, high=float(np.finfo("float32").max), low_open=True)
     if not isinstance(conv, (keras.layers.Conv1D, keras.layers.Conv2D)) or isinstance(
             conv, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose)):
         raise ValueError(f"`conv` must be a Conv1D or Conv2D layer. Received: conv={conv!r}")
@@ -110,6 +114,9 @@ def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dila
         check_positive_int(name, value)
     check_choice("padding", padding, ("same", "valid"))
     check_seed("seed", seed)
+    check_tensor_bytes("The images", 4 * 2 * size * size * channels, f"size={size}, channels={channels}")
+    check_tensor_bytes("The convolution's kernel", 4 * kernel_size**2 * channels * filters,
+                       f"kernel_size={kernel_size}, channels={channels}, filters={filters}")
     needed = dilation * (kernel_size - 1) + 1
     if padding == "valid" and size < needed:
         raise ValueError(f"A {kernel_size}x{kernel_size} kernel with dilation {dilation} needs images of at least "

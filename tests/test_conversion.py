@@ -1,5 +1,7 @@
 """Theorem 1: a converted convolution and its attention compute the same function."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -104,3 +106,19 @@ def test_measure_conversion_reports_the_attention_and_its_error():
     assert measured.relative_error != measured.max_abs_error  # divided by the convolution's largest output
     assert measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", size=9, channels=2,
                               seed=3) == measured  # seeded: the same report again
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), 0.0, -1.0, 1e39])
+def test_an_alpha_that_is_not_a_positive_float32_number_is_refused_by_name(alpha):
+    # Each would give another function than the convolution's (no attention, NaN scores, or the uniform average).
+    conv = keras.layers.Conv2D(2, 3, padding="same")
+    conv.build((None, 8, 8, 1))
+    with pytest.raises(ValueError, match=re.escape(f"Received: alpha={alpha}")):
+        conv_to_attention(conv, alpha=alpha)
+
+
+@pytest.mark.parametrize("arguments, message", [({"size": 10**6}, "The images.*size=1000000"),
+                                                ({"filters": 10**9}, "kernel.*filters=1000000000")])
+def test_measure_conversion_names_a_size_beyond_the_limit_before_allocating(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        measure_conversion(**arguments)

@@ -238,6 +238,7 @@ def write_npz(path, labels, **extra):
     ({"model": "quadratik"}, "Did you mean 'quadratic'"),
     ({"model_overrides": {"num_layer": 2}}, "num_layer"),
     ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
+    ({"model_overrides": {"attention_options": {"separable": "maybe"}}}, "separable='maybe'"),
     ({"dataset": "labels_out_of_range"}, r"must lie in \[0, 3\)"),
     ({"batch_size": 500}, "fewer than one batch"),
     ({"eval_split": "validation"}, "split='validation'"),

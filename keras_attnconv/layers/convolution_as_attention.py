@@ -3,8 +3,13 @@
 `keras_attnconv.conversion.conv_to_attention` builds it from a convolution.
 """
 
+import numbers
+
 import keras
 from keras import ops
+
+from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
+from keras_attnconv.utils import check_choice
 
 
 def _same_padding(size, kernel, stride, dilation):
@@ -13,6 +18,15 @@ def _same_padding(size, kernel, stride, dilation):
     out = -(-size // stride)
     total = max((out - 1) * stride + reach - size, 0)
     return total // 2, total - total // 2
+
+
+def _int_tuple(name, value, length):
+    """`value` as a tuple of `length` positive Python ints, else ValueError naming `name`."""
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if len(values) != length or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1
+                                        for v in values):
+        raise ValueError(f"`{name}` must hold {length} positive integers. Received: {name}={value!r}")
+    return tuple(int(v) for v in values)
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -39,10 +53,15 @@ class ConvolutionAsAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         if isinstance(attention, dict):
             attention = keras.saving.deserialize_keras_object(attention)
+        if not isinstance(attention, RelativeMultiHeadAttention):
+            raise ValueError("`attention` must be a RelativeMultiHeadAttention layer or its config. "
+                             f"Received: attention={attention!r}")
+        rank = len(kernel_size) if isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 1 else 2
+        self.kernel_size = _int_tuple("kernel_size", kernel_size, rank)  # a 1-D or 2-D convolution's
+        self.strides = _int_tuple("strides", strides, rank)
+        self.dilation_rate = _int_tuple("dilation_rate", dilation_rate, rank)
+        check_choice("padding", padding, ("same", "valid"))
         self.attention = attention
-        self.kernel_size = tuple(kernel_size)
-        self.strides = tuple(strides)
-        self.dilation_rate = tuple(dilation_rate)
         self.padding = padding
         self.rank = len(self.kernel_size)
 

@@ -66,6 +66,9 @@ class TransformerEncoderBlock(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+        if attention_options is not None and not isinstance(attention_options, dict):
+            raise ValueError("`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
+                             f"Received: attention_options={attention_options!r}")
         self.num_heads = num_heads
         self.intermediate_dim = int(intermediate_dim)
         self.attention_options = dict(attention_options or {})

@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+from keras_attnconv.layers.validation import check_tensor_bytes
+
 # Cost of a tile row, in units of one (query, key) score, of gathering and scattering its key region
 # (`_choose_block`): with it, small blocks pay for the region they duplicate. With 3, K = 7 on 16 pixels
 # takes B = 4 (0.39 of the global pairs), measured 1.06-1.08x faster than global content attention
@@ -177,6 +179,9 @@ class Neighbourhood:
         self.window = tuple(min(k, n) if d == 1 else k for k, n, d in zip(window, lengths, self.dilation))
         for k, n, d in zip(window, lengths, self.dilation):
             check_window(k, d, n)
+        check_tensor_bytes("The window's index tables (int32, one row of keys per query)",
+                           4 * height * width * self.window[0] * self.window[1],
+                           f"height={height}, width={width}, window={tuple(window)}")
         rows, cols = (tile_axis(n, k, d) for n, k, d in zip(lengths, self.window, self.dilation))
         self.tilings = rows, cols
         cols_n, cols_b, cols_r = cols.queries.shape[0], cols.queries.shape[1], cols.regions.shape[1]

@@ -1,10 +1,13 @@
 """The preprocessing inside every model of the zoo: raw uint8 pixels -> per-channel normalised floats."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.validation import real_inputs
 from keras_attnconv.utils import check_real
+
+_FLOAT32_MAX = float(np.finfo("float32").max)
 
 
 def check_channel_statistics(name, values, positive=False):
@@ -18,6 +21,24 @@ def check_channel_statistics(name, values, positive=False):
     for value in values:
         check_real(name, value, low=0.0, low_open=True) if positive else check_real(name, value)
     return tuple(float(v) for v in values)
+
+
+def check_normalization(mean, std, names=("mean", "std")):
+    """`(mean, std)` checked (`check_channel_statistics`), or ValueError naming the argument float32 cannot hold.
+
+    The layer computes ``pixels / (255 std) - mean / std`` in float32: a value
+    that rounds to 0 or overflows there (``std=1e-50``, ``mean=1e39``) would
+    make the model compute something else, silently.
+    """
+    mean = check_channel_statistics(names[0], mean)
+    std = check_channel_statistics(names[1], std, positive=True)
+    computed = ((names[0], mean), (names[1], [1.0 / s for s in std]),
+                (f"{names[0]} / {names[1]}", [m / s for m, s in zip(mean, std)]))
+    for name, values in computed:
+        if not all(abs(v) <= _FLOAT32_MAX for v in values):
+            raise ValueError(f"`{name}` must be a number float32 can hold (up to {_FLOAT32_MAX:.3g}), as the model "
+                             f"normalises in float32. Received: {names[0]}={mean}, {names[1]}={std}")
+    return mean, std
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -48,8 +69,7 @@ class PixelNormalization(keras.layers.Layer):
     def __init__(self, mean, std, **kwargs):
         kwargs.setdefault("dtype", "float32")  # exact statistics under any policy; the next layer casts
         super().__init__(**kwargs)
-        self.mean = check_channel_statistics("mean", mean)
-        self.std = check_channel_statistics("std", std, positive=True)
+        self.mean, self.std = check_normalization(mean, std)
 
     def call(self, inputs):
         scale = ops.convert_to_tensor([1.0 / (255.0 * s) for s in self.std], "float32")

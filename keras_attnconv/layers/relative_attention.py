@@ -8,10 +8,10 @@ from keras_attnconv.layers.attention_span import AttentionSpan
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
-from keras_attnconv.layers.position_score_factory import get_position_score
+from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
-from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils import check_bool, check_choice, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
@@ -182,6 +182,8 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
                 "`position_score` is required when use_content_position or use_position_bias is on. "
                 "Received: position_score=None"
             )
+        if needs_positions and isinstance(position_score, str):  # built in build(), checked now
+            check_choice("position_score", position_score, sorted(POSITION_SCORES))
         if separable not in ("auto", True, False):
             raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
         self.num_heads = int(num_heads)
@@ -209,6 +211,10 @@ class RelativeMultiHeadAttention(WindowedAttention, keras.layers.Layer):
             self.position_score = get_position_score(position_score, self.num_heads)
             self._check_score_layer(self.position_score)
         self.separable = separable
+        score = self.position_score or POSITION_SCORES.get(self._position_score_name)
+        if separable is True and not self.uses_content and not score.separable:
+            raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+                             "Received: separable=True")
         self.attention_span = self._make_attention_span(attention_span)
         self.window, self.dilation = window_arguments(window, dilation)
         self._check_window_arguments(windowed)

@@ -3,6 +3,21 @@
 import keras
 
 
+#: The most memory one tensor (a weight, a table, one image's activations or scores) may take: a size
+#: beyond it is taken for a mistake and refused before anything is allocated, instead of a long wait
+#: and an out-of-memory error that names nothing. An H100 holds about 80 GiB; the paper's largest
+#: model holds 0.12 GiB of weights.
+MAX_TENSOR_BYTES = 8 * 2**30
+
+
+def check_tensor_bytes(what, num_bytes, received):
+    """Raises ValueError naming `received` (the arguments that size it) if `what` needs more than `MAX_TENSOR_BYTES`."""
+    if num_bytes > MAX_TENSOR_BYTES:
+        raise ValueError(f"{what} would take about {num_bytes / 2**30:.3g} GiB, more than the "
+                         f"{MAX_TENSOR_BYTES / 2**30:g} GiB limit that catches a size given by mistake "
+                         f"(keras_attnconv.layers.validation.MAX_TENSOR_BYTES). Received: {received}")
+
+
 def get_initializer(name, value):
     """``keras.initializers.get(value)``, an unknown identifier being a ValueError naming the argument `name`."""
     return _keras_object(keras.initializers.get, "a Keras initializer", name, value)

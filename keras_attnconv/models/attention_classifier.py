@@ -10,8 +10,10 @@ from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
+    POSITION_SCORES,
     LearnedRelativeScore,
     QuadraticScore,
+    RelativeMultiHeadAttention,
     SinusoidalPositionEmbedding,
     TransformerEncoderBlock,
 )
@@ -19,7 +21,7 @@ from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.position_score import OFFICIAL_CENTER_STDDEV
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
-from keras_attnconv.models.validation import check_config_fields
+from keras_attnconv.models.validation import check_config_fields, check_sizes
 from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
@@ -141,10 +143,7 @@ class AttentionClassifierConfig(ClassifierConfig):
                 f"`image_size` must be a multiple of the down-sampling block ({self.downsampling}). "
                 f"Received: image_size={self.image_size}"
             )
-        window, dilation = window_arguments(self.window, self.dilation)  # the layer's own rules, before building
-        if window is not None:
-            side = self.image_size // self.downsampling
-            get_neighbourhood(side, side, window, dilation)  # whether the window fits the map
+        window_arguments(self.window, self.dilation)  # the layer's own rules, before building
         uses_positions = self.use_content_position or self.use_position_bias
         if not uses_positions and self.position_score is not None:
             raise ValueError("`position_score` must be None when no position term is used. "
@@ -167,6 +166,13 @@ class AttentionClassifierConfig(ClassifierConfig):
                 AttentionSpan(1, **self.attention_span)
             except (TypeError, ValueError) as error:
                 raise ValueError(f"Invalid `attention_span` {self.attention_span!r}: {error}") from None
+        embedding_dim = self.position_embedding_dim or self.hidden_dim - self.hidden_dim % 2
+        if (self.use_content_position and self.position_score == "learned" and embedding_dim > self.hidden_dim
+                and not (self.attention_options or {}).get("position_key_projection")):
+            raise ValueError("The content-position term meets the learned encoding with the first query features: "
+                             "`position_embedding_dim` must not exceed `hidden_dim` (or set attention_options="
+                             "{'position_key_projection': True}). Received: "
+                             f"position_embedding_dim={self.position_embedding_dim}, hidden_dim={self.hidden_dim}")
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):
             raise ValueError(
                 "At least one of use_content_content, use_content_position, use_position_bias must be True."
@@ -180,6 +186,46 @@ class AttentionClassifierConfig(ClassifierConfig):
                     raise ValueError(f"`attention_options` may set {', '.join(ATTENTION_OPTIONS)} (the config's own "
                                      f"fields set the others).{did_you_mean(option, ATTENTION_OPTIONS)} "
                                      f"Received: attention_options={self.attention_options!r}")
+            try:  # the values, by the layer that takes them (constructing it allocates nothing)
+                RelativeMultiHeadAttention(self.heads_per_layer[0], position_score=self.position_score,
+                                           **_attention_arguments(self))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"Invalid `attention_options` {self.attention_options!r}: {error}") from None
+
+        check_sizes(self, self.largest_tensors())  # before the window's tables are made
+        window, dilation = window_arguments(self.window, self.dilation)
+        if window is not None:
+            side = self.image_size // self.downsampling
+            get_neighbourhood(side, side, window, dilation)  # whether the window fits the map
+
+    def largest_tensors(self):
+        """``(what, fields, elements)`` of the largest tensors of the model (see `check_sizes`)."""
+        side = self.image_size // self.downsampling
+        tokens, heads, hidden = side * side, max(self.heads_per_layer), self.hidden_dim
+        options = self.attention_options or {}
+        span = None if self.attention_span is None else AttentionSpan(1, **self.attention_span)
+        window = window_arguments(self.window, self.dilation)[0] or (span.window[0] if span and span.window else None)
+        content = self.use_content_content or self.use_content_position or options.get("use_key_bias", False)
+        if window is not None:
+            keys = window[0] * window[1]
+        elif (not content and POSITION_SCORES[self.position_score].separable and options.get("separable") is not False
+              and (span is None or span.separable)):
+            keys = 2 * side  # a row pass and a column pass
+        else:
+            keys = tokens
+        tables = (2 * side - 1) * (self.position_embedding_dim or hidden) if self.position_score == "learned" else 0
+        attention = hidden * hidden * (3 if content else 1)  # per head: the merged value/output (and query, key)
+        weights = (sum(self.heads_per_layer) * attention + hidden * self.num_classes + tokens * hidden
+                   + self.num_layers * (2 * hidden * self.intermediate_dim + tables))
+        return [("The logits kernel", ("num_classes", "hidden_dim"), hidden * self.num_classes),
+                ("A block's feed-forward kernel", ("hidden_dim", "intermediate_dim"), hidden * self.intermediate_dim),
+                ("A block's attention kernels", ("num_heads", "hidden_dim"), heads * attention),
+                ("A block's learned position tables", ("image_size", "downsampling", "position_embedding_dim"), tables),
+                ("One image's feature maps", ("image_size", "downsampling", "hidden_dim", "intermediate_dim"),
+                 tokens * max(hidden, self.intermediate_dim, 3 * self.downsampling**2)),
+                ("One image's attention scores", ("image_size", "downsampling", "num_heads", "window"),
+                 heads * tokens * keys),
+                ("The weights", ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "num_classes"), weights)]
 
     @property
     def heads_per_layer(self):
@@ -191,6 +237,22 @@ class AttentionClassifierConfig(ClassifierConfig):
     def build(self, name=None, dtype=None):
         """The `AttentionClassifier` of this config, every layer in the dtype policy `dtype`."""
         return AttentionClassifier(**dataclasses.asdict(self), name=name, dtype=dtype)
+
+
+def _attention_arguments(config):
+    """The `RelativeMultiHeadAttention` arguments of every block but its heads and position score."""
+    arguments = {
+        **(config.attention_options or {}),
+        "use_content_content": config.use_content_content,
+        "use_content_position": config.use_content_position,
+        "use_position_bias": config.use_position_bias,
+        "key_dim": config.hidden_dim,
+    }
+    if config.attention_span is not None:
+        arguments["attention_span"] = dict(config.attention_span)
+    if config.window is not None:  # only when set: configs saved before windows existed stay as they were
+        arguments.update(window=config.window, dilation=config.dilation)
+    return arguments
 
 
 def _position_score(config, num_heads, dtype):
@@ -206,7 +268,7 @@ def _position_score(config, num_heads, dtype):
         return GaussianScore(num_heads, head_vectors=config.use_position_bias, dtype="float32", **centers)
     if config.position_score != "learned":
         return config.position_score
-    embedding_dim = config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2
+    embedding_dim = config.position_embedding_dim or config.hidden_dim - config.hidden_dim % 2  # as the config checks
     if official:  # nn.Embedding's N(0, 1) tables; the heads' vectors are nn.Linear maps
         tables, vectors = keras.initializers.RandomNormal(stddev=1.0), FanInUniform()
     else:
@@ -257,17 +319,7 @@ class AttentionClassifier(ImageClassifier):
         if config.absolute_encoding:
             encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
             x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])
-        attention_options = {
-            **(config.attention_options or {}),
-            "use_content_content": config.use_content_content,
-            "use_content_position": config.use_content_position,
-            "use_position_bias": config.use_position_bias,
-            "key_dim": config.hidden_dim,
-        }
-        if config.attention_span is not None:
-            attention_options["attention_span"] = dict(config.attention_span)
-        if config.window is not None:  # only when set: configs saved before windows existed stay as they were
-            attention_options.update(window=config.window, dilation=config.dilation)
+        attention_options = _attention_arguments(config)
         for index, num_heads in enumerate(config.heads_per_layer):
             x = TransformerEncoderBlock(
                 num_heads=num_heads,

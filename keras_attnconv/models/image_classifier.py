@@ -9,13 +9,15 @@ the same configuration, preprocessing and class names.
 """
 
 import dataclasses
+import inspect
 import numbers
 
 import keras
+import numpy as np
 
 from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
-from keras_attnconv.layers.pixel_normalization import check_channel_statistics
+from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils import check_known_fields, check_positive_int, plain_numbers
 
@@ -45,14 +47,16 @@ class ClassifierConfig:
             raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
         check_positive_int("image_size", self.image_size)
         plain_numbers(self)
-        self._set("pixel_mean", check_channel_statistics("pixel_mean", self.pixel_mean))
-        self._set("pixel_std", check_channel_statistics("pixel_std", self.pixel_std, positive=True))
+        mean, std = check_normalization(self.pixel_mean, self.pixel_std, names=("pixel_mean", "pixel_std"))
+        self._set("pixel_mean", mean)
+        self._set("pixel_std", std)
         if self.class_names is not None:
             names = self.class_names
+            names = names.tolist() if hasattr(names, "tolist") else names  # a NumPy array: its Python lists
             if (isinstance(names, str) or not isinstance(names, (list, tuple)) or len(names) != num_classes
-                    or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names)):
+                    or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
                 raise ValueError(f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
-                                 f"class. Received: class_names={names!r}")
+                                 f"class (a list or a 1-D array). Received: class_names={names!r}")
             self._set("class_names", tuple(names))
 
     def _set(self, field, value):
@@ -72,6 +76,30 @@ class ClassifierConfig:
         return cls(**fields)
 
 
+def _reads_probabilities(loss):
+    """Whether `loss` (a Keras loss, its name or its function) reads predictions as probabilities."""
+    if isinstance(loss, str):
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:  # an unknown name: Keras' compile names it
+            return False
+    if isinstance(loss, keras.losses.Loss):
+        return loss.get_config().get("from_logits") is False
+    if callable(loss):
+        try:
+            parameter = inspect.signature(loss).parameters.get("from_logits")
+        except (TypeError, ValueError):  # a callable without a signature
+            return False
+        return parameter is not None and parameter.default is False
+    return False
+
+
+def _loss_name(loss):
+    if isinstance(loss, keras.losses.Loss):
+        return f"{type(loss).__name__}(name={loss.name!r}, from_logits=False)"
+    return repr(loss) if isinstance(loss, str) else getattr(loss, "__name__", repr(loss))
+
+
 def _only_shapes():
     """Whether Keras is computing output shapes only (``compute_output_spec``).
 
@@ -83,6 +111,15 @@ def _only_shapes():
     except ImportError:  # another Keras layout: check always
         return False
     return in_symbolic_scope()
+
+
+def _describe(inputs):
+    """What a model was called on, in a few words: a type and shapes, never the values."""
+    if isinstance(inputs, (list, tuple, dict)):
+        shapes = [tuple(x.shape) if hasattr(x, "shape") else type(x).__name__ for x in keras.tree.flatten(inputs)]
+        shown = ", ".join(map(str, shapes[:3])) + (", ..." if len(shapes) > 3 else "")
+        return f"a {type(inputs).__name__} of {len(shapes)} items ({shown})"
+    return f"an array of shape {tuple(inputs.shape)}" if hasattr(inputs, "shape") else repr(inputs)[:80]
 
 
 class ImageClassifier(keras.Model):
@@ -111,7 +148,10 @@ class ImageClassifier(keras.Model):
     config_class = None
     default_name = None
 
-    def __init__(self, *, dtype=None, name=None, trainable=True, **fields):
+    def __init__(self, *args, dtype=None, name=None, trainable=True, **fields):
+        if args:  # a functional model's (inputs, outputs): `keras.models.clone_model` (see `_run_through_graph`)
+            self._init_clone(*args, name=name)
+            return
         config = self.config_class.from_fields(fields, type(self).__name__)
         policy = dtype_policy(dtype)
         images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
@@ -125,6 +165,25 @@ class ImageClassifier(keras.Model):
         self.config = config
         self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
 
+    def _run_through_graph(self, inputs, operation_fn=lambda op: op, call_fn=None):
+        # `keras.models.clone_model` runs the graph on new inputs with cloned layers, then calls this
+        # class with the result as a functional model's (inputs, outputs), which say nothing of the
+        # config: symbolic outputs carry it, so that the clone is of this class with this config.
+        outputs = super()._run_through_graph(inputs, operation_fn=operation_fn, call_fn=call_fn)
+        if isinstance(outputs, keras.KerasTensor):
+            outputs._classifier_config = self.get_config()
+        return outputs
+
+    def _init_clone(self, inputs, outputs, name=None):
+        config = getattr(outputs, "_classifier_config", None)
+        if config is None:
+            raise ValueError(f"{type(self).__name__} is built from its config fields, not from a graph's inputs and "
+                             f"outputs (only keras.models.clone_model passes those). Received: outputs={outputs!r}")
+        fields = {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
+        super().__init__(inputs, outputs, name=name or config["name"], trainable=config["trainable"])
+        self.config = self.config_class.from_fields(fields, type(self).__name__)
+        self.dtype_policy = dtype_policy(config["dtype"])
+
     @staticmethod
     def features(x, config, dtype):
         raise NotImplementedError
@@ -137,7 +196,13 @@ class ImageClassifier(keras.Model):
     def _check_images(self, inputs):
         if _only_shapes():
             return
-        (images,) = keras.tree.flatten(inputs)
+        flat = keras.tree.flatten(inputs)
+        if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
+            size = self.config.image_size
+            raise ValueError(f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
+                             f"{size}, 3); stack a list of images first (np.stack). "
+                             f"Received: images={_describe(inputs)}")
+        (images,) = flat
         dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
         if dtype != "uint8":
             raise ValueError(f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "
@@ -151,6 +216,57 @@ class ImageClassifier(keras.Model):
     def call(self, inputs, training=None, mask=None, **kwargs):
         self._check_images(inputs)  # `fit` on JAX calls `call` directly (stateless_call)
         return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def compile(self, optimizer="auto", loss="auto", *, metrics="auto", **kwargs):
+        """`keras.Model.compile` with defaults for a classifier of logits, as keras-hub's tasks have.
+
+        Args:
+            optimizer: ``"auto"`` is ``keras.optimizers.Adam()`` (learning rate 1e-3).
+            loss: ``"auto"`` is ``SparseCategoricalCrossentropy(from_logits=True)``. The model outputs
+                logits: a loss that would read them as probabilities (``from_logits=False``: the names
+                ``"sparse_categorical_crossentropy"``, ``"categorical_crossentropy"``, their functions,
+                or those losses made without ``from_logits=True``) is a ValueError naming it: it would
+                train silently with another loss.
+            metrics: ``"auto"`` is ``["accuracy"]`` (of integer or one-hot labels).
+            **kwargs: the other arguments of `keras.Model.compile`.
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.Adam()
+        if loss == "auto":
+            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = ["accuracy"]  # Keras picks sparse or one-hot accuracy from the labels
+        for item in keras.tree.flatten(loss):
+            if _reads_probabilities(item):
+                raise ValueError(f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
+                                 "them as probabilities. Pass a loss with from_logits=True, e.g. keras.losses."
+                                 "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
+                                 f"that one. Received: loss={_loss_name(item)}")
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def compile_from_config(self, config):
+        # As Keras' own, which skips a custom `compile`: the config holds the arguments this one resolved.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)  # so that saved optimizer variables load
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        # A label out of range trains on garbage (JAX) or fails deep in the backend (TensorFlow). Checked
+        # here on NumPy labels only, once per fit: a dataset's labels would cost a pass over the data.
+        self._check_labels(y, "y")
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (tuple, list)) and len(validation) >= 2:
+            self._check_labels(validation[1], "validation_data")
+        return super().fit(x, y, *args, **kwargs)
+
+    def _check_labels(self, labels, argument):
+        labels = np.asarray(labels) if isinstance(labels, (np.ndarray, list)) else None
+        sparse = labels is not None and labels.size and labels.dtype.kind in "iuf" and (
+            labels.ndim <= 1 or labels.shape[-1] == 1)  # one-hot labels have one column per class
+        if sparse and not (labels.min() >= 0 and labels.max() < self.config.num_classes):
+            bad = labels.min() if labels.min() < 0 else labels.max()
+            raise ValueError(f"{type(self).__name__} {self.name!r} has {self.config.num_classes} classes: labels "
+                             f"must lie in [0, {self.config.num_classes}). Received: {argument} with the label {bad}")
 
     def predict(self, x, *args, **kwargs):
         if hasattr(x, "shape") and len(x.shape) and x.shape[0] == 0:  # Keras fails on it with an UnboundLocalError
@@ -178,7 +294,11 @@ class ImageClassifier(keras.Model):
         model trained in mixed precision; `changes` must keep every weight's shape.
         """
         copy = type(self).from_config({**self.get_config(), **changes})
-        copy.set_weights(self.get_weights())
+        try:
+            copy.set_weights(self.get_weights())
+        except ValueError as error:
+            raise ValueError(f"`with_config` changes must keep every weight's shape ({error}). "
+                             f"Received: {', '.join(f'{k}={v!r}' for k, v in changes.items())}") from None
         return copy
 
     def get_config(self):

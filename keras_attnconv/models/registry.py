@@ -94,11 +94,11 @@ _REGISTRY = {
 for _name in ("quadratic", "gaussian", "learned", "learned_content", "learned_content_official", "siren",
               "quadratic_span", "learned_span", "absolute_learned", "absolute_sinusoid", "learned_content_local",
               "absolute_learned_local", "quadratic_span_local"):
-    _config = dataclasses.replace(_REGISTRY[_name].config, **_TINY)
-    if _config.position_embedding_dim:
-        _config = dataclasses.replace(_config, position_embedding_dim=_config.position_embedding_dim * 48 // 400)
+    _config = _REGISTRY[_name].config
+    _dim = _config.position_embedding_dim and _config.position_embedding_dim * 48 // 400  # narrowed with hidden_dim
+    _config = dataclasses.replace(_config, **_TINY, position_embedding_dim=_dim)
     _REGISTRY[f"{_name}_tiny"] = ModelEntry(_config, PaperFigures(f"(small CPU variant of {_name})", source="ours"))
-del _name, _config
+del _name, _config, _dim
 
 
 def list_models():
@@ -107,6 +107,8 @@ def list_models():
 
 
 def _entry(name):
+    if not isinstance(name, str):  # a list would not even hash
+        raise ValueError(f"`name` must be a model name, one of list_models(). Received: name={name!r}")
     if name not in _REGISTRY:
         raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}. "
                          f"Received: name={name!r}")

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_attnconv.layers.validation import check_tensor_bytes
 from keras_attnconv.precision import check_policy_name
 from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
 
@@ -28,6 +29,18 @@ def check_config_fields(config, positive=(), rates=(), positive_numbers=(), opti
         check_positive_number(field, getattr(config, field))
     for field in bools:
         check_bool(field, getattr(config, field))
+
+
+def check_sizes(config, tensors):
+    """Raises ValueError naming the fields that size the first of `tensors` beyond `MAX_TENSOR_BYTES`.
+
+    Args:
+        config: the config object (fields are read as attributes).
+        tensors: ``(what, fields, num_elements)`` of the largest float32 tensors the model would hold
+            or compute per image, estimated from the config alone: the check runs before any allocation.
+    """
+    for what, fields, num_elements in tensors:
+        check_tensor_bytes(what, 4 * num_elements, ", ".join(f"{f}={getattr(config, f)!r}" for f in fields))
 
 
 def dtype_policy(dtype):

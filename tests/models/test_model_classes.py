@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
-from keras_attnconv import AttentionClassifier, ResNet, build_model
+from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
 from keras_attnconv.models.attention_classifier import with_attention_options
 
@@ -118,15 +119,25 @@ def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_pa
     ({"class_names": ["a", "b"]}, "10 distinct non-empty strings.*class_names=\\['a', 'b'\\]"),
     ({"class_names": "abcdefghij"}, "class_names='abcdefghij'"),
     ({"class_names": ["a"] * 10}, "distinct"),
+    ({"class_names": np.array([[str(i)] for i in range(10)])}, "1-D array.*class_names=\\[\\['0'\\], \\['1'\\]"),
     ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
     ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
     ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
+    ({"pixel_std": (1e-50, 0.2, 0.2)}, "`pixel_std` must be a number float32 can hold.*pixel_std=\\(1e-50"),
+    ({"pixel_mean": (1e39, 0.2, 0.2)}, "`pixel_mean` must be a number float32 can hold.*pixel_mean=\\(1e\\+39"),
     ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
     ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
+    # Values, by the layer that takes them, when the config is made (not when the layers are built).
+    ({"attention_options": {"separable": "maybe"}}, "Invalid `attention_options`.*Received: separable='maybe'"),
+    ({"attention_options": {"content_scale": -1.0}}, "Received: content_scale=-1.0"),
+    ({"attention_options": {"bias_initializer": "bogus"}}, "Received: bias_initializer='bogus'"),
+    ({"attention_options": {"windowed": True}}, "needs a `window`"),
 ])
 def test_bad_preprocessing_and_options_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
         build_model("quadratic_tiny", **SMALL, **overrides)
+    with pytest.raises(ValueError, match=message):  # the config alone, as a recipe's model_overrides are checked
+        get_model_config("quadratic_tiny", **overrides)
 
 
 def test_an_unknown_constructor_argument_is_named():
@@ -137,3 +148,113 @@ def test_an_unknown_constructor_argument_is_named():
 def test_predicting_no_images_is_named():
     with pytest.raises(ValueError, match=r"got no images to predict. Received: x of shape \(0, 8, 8, 3\)"):
         build_model("quadratic_tiny", **SMALL).predict(np.zeros((0, 8, 8, 3), np.uint8), verbose=0)
+
+
+def test_class_names_may_be_a_1d_array_of_strings():
+    names = np.array([f"c{i}" for i in range(10)])
+    assert build_model("quadratic_tiny", class_names=names, **SMALL).class_names == tuple(names.tolist())
+
+
+@pytest.mark.parametrize("images, received", [
+    ([pixels(1)[0], pixels(1)[0]], r"a list of 2 items \(\(8, 8, 3\), \(8, 8, 3\)\)"),
+    (pixels(1)[0], r"an array of shape \(8, 8, 3\)"),
+], ids=["list of images", "one image without its batch axis"])
+def test_images_other_than_one_batch_array_are_named(images, received):
+    model = build_model("quadratic_tiny", **SMALL)
+    message = rf"takes one uint8 array of images \(batch, 8, 8, 3\).*Received: images={received}"
+    with pytest.raises(ValueError, match=message):
+        model(images)
+    with pytest.raises(ValueError, match="takes one uint8 array of images"):
+        model.predict(images, verbose=0)
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    ("learned_content_local_tiny", {"image_size": 100000}, "One image's feature maps.*image_size=100000"),
+    ("quadratic_tiny", {"num_classes": 10**9}, "The logits kernel would take about 179 GiB.*num_classes=1000000000"),
+    ("quadratic_tiny", {"intermediate_dim": 10**9}, "feed-forward kernel.*intermediate_dim=1000000000"),
+    ("quadratic_tiny", {"num_layers": 10**7}, "The weights.*num_layers=10000000"),
+    ("absolute_learned_tiny", {"image_size": 512}, "attention scores would take about 144 GiB.*image_size=512"),
+    ("resnet_tiny", {"widths": (16, 32, 10**6)}, r"A convolution kernel.*widths=\(16, 32, 1000000\)"),
+    ("resnet_tiny", {"num_classes": 10**9}, "The logits kernel.*num_classes=1000000000"),
+])
+def test_sizes_beyond_the_limit_are_named_before_anything_is_allocated(name, overrides, message):
+    # Each used to allocate tens of GiB in the config check, or to end in an out-of-memory error naming nothing.
+    with pytest.raises(ValueError, match=message):
+        get_model_config(name, **overrides)
+
+
+def test_large_images_with_a_window_or_separable_heads_stay_within_the_limit():
+    # Neither forms a (tokens x tokens) table per image: the estimate follows the path the layers take.
+    for name in ("quadratic", "learned_content_local", "quadratic_span_local"):
+        get_model_config(name, image_size=256)
+
+
+def test_compile_alone_trains_the_logits_with_a_from_logits_loss_and_accuracy():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    model.compile()
+    assert isinstance(model.optimizer, keras.optimizers.Adam)
+    history = model.fit(pixels(20), np.arange(20) % 10, epochs=1, verbose=0).history
+    # Crossentropy of near-uniform logits over 10 classes is about ln(10) = 2.3; read as probabilities, 8 to 9.
+    assert abs(history["loss"][0] - np.log(10)) < 0.5 and "accuracy" in history
+
+
+@pytest.mark.parametrize("loss", [
+    "sparse_categorical_crossentropy", "categorical_crossentropy", "SparseCategoricalCrossentropy",
+    keras.losses.sparse_categorical_crossentropy, keras.losses.SparseCategoricalCrossentropy(),
+    keras.losses.CategoricalCrossentropy(from_logits=False), [keras.losses.SparseCategoricalCrossentropy()],
+], ids=lambda loss: getattr(loss, "__name__", None) or type(loss).__name__ + repr(loss)[:40])
+def test_a_loss_that_reads_the_logits_as_probabilities_is_refused(loss):
+    model = build_model("quadratic_tiny", **SMALL)
+    with pytest.raises(ValueError, match="outputs logits, and this loss would read them as probabilities.*"
+                                         "Received: loss="):
+        model.compile("sgd", loss)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # the one meant
+
+
+@pytest.mark.parametrize("labels, keyword, label", [(np.arange(4) + 7, "y", 10), (np.array([0, -1, 2, 3]), "y", -1),
+                                                    (np.array([0, 1, 2, 12]), "validation_data", 12)])
+def test_a_label_out_of_range_in_fit_names_the_label_and_the_number_of_classes(labels, keyword, label):
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile()
+    y, validation = (labels, None) if keyword == "y" else (np.zeros(4, int), (pixels(4), labels))
+    with pytest.raises(ValueError, match=rf"has 10 classes: labels must lie in \[0, 10\). "
+                                         rf"Received: {keyword} with the label {label}"):
+        model.fit(pixels(4), y, validation_data=validation, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("name, fields", [("quadratic_tiny", SMALL), ("resnet_tiny", {"image_size": 8})])
+def test_clone_model_gives_the_same_class_and_config_with_new_weights(name, fields):
+    model = build_model(name, class_names=[f"c{i}" for i in range(10)], dtype="mixed_bfloat16", **fields)
+    model.compile()
+    clone = keras.models.clone_model(model)
+    assert type(clone) is type(model) and clone.get_config() == model.get_config()
+    assert clone.class_names == model.class_names and clone.dtype_policy.name == "mixed_bfloat16"
+    assert isinstance(clone.loss, keras.losses.SparseCategoricalCrossentropy) and clone.loss.get_config()["from_logits"]
+    with pytest.raises(ValueError, match="takes uint8 images"):
+        clone(np.zeros((1, 8, 8, 3), "float32"))
+    assert ops.convert_to_numpy(clone(pixels())).shape == (2, 10)
+    assert any(not np.array_equal(a, b) for a, b in zip(clone.get_weights(), model.get_weights()))
+
+
+def test_a_trained_model_reloads_compiled_without_a_warning(tmp_path):
+    # Keras skips compiling a model whose class has its own `compile`, with a warning, unless it loads its config.
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile()
+    model.fit(pixels(), np.array([0, 1]), epochs=1, verbose=0)
+    model.save(tmp_path / "model.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert loaded.compiled and loaded.loss.get_config()["from_logits"]
+
+
+def test_compile_alone_fits_one_hot_labels_with_a_categorical_loss_too():
+    model = build_model("quadratic_tiny", **SMALL)
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # the default metrics follow the labels
+    history = model.fit(pixels(), np.eye(10)[[0, 1]], epochs=1, verbose=0).history
+    assert "accuracy" in history
+
+
+def test_with_config_that_changes_a_weights_shape_is_named():
+    with pytest.raises(ValueError, match="must keep every weight's shape.*Received: num_classes=3"):
+        build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)

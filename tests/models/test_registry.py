@@ -178,6 +178,9 @@ def test_mixed_float16_models_compile_with_loss_scaling(dtype, loss_scaled):
 
 @pytest.mark.parametrize("call, message", [
     (lambda: keras_attnconv.build_model("quadratc"), "Did you mean 'quadratic'.*name='quadratc'"),
+    (lambda: keras_attnconv.build_model("learned_content_tiny", hidden_dim=8),
+     "must not exceed `hidden_dim`.*position_embedding_dim=48, hidden_dim=8"),
+    (lambda: keras_attnconv.build_model(["quadratic"]), "must be a model name.*Received: name=\\['quadratic'\\]"),
     (lambda: keras_attnconv.build_model("resnet"), "Did you mean 'resnet18' or 'resnet10'"),
     (lambda: keras_attnconv.build_model("quadratic", num_layer=3), "Did you mean 'num_layers'.*num_layer=3"),
     (lambda: keras_attnconv.build_model("quadratic", image_size=31), "multiple of.*image_size=31"),
