@@ -115,3 +115,13 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
     assert "| `a_local_tiny` | 30.0% | 100 | `a_tiny` | 25.0% | 200 |" in table
     assert "`b_local_tiny` | 20.0% | 50 | `" not in table  # no twin ran: no pair
     assert "twin" not in markdown_table({**results, "rows": results["rows"][:1]})
+
+
+def test_an_output_named_for_either_format_writes_both_files(recipe, tmp_path, capsys):
+    from keras_attnconv import cli
+
+    assert cli.main(["compare", "--recipe", str(recipe), "--models", MODELS[0], "--runs-dir", str(tmp_path / "runs"),
+                     "--output", str(tmp_path / "res.md")]) == 0
+    assert f"wrote {tmp_path / 'res.json'} and {tmp_path / 'res.md'}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "res.json").read_text())["rows"][0]["model"] == MODELS[0]
+    assert (tmp_path / "res.md").read_text().startswith("Recipe ")
