@@ -104,12 +104,14 @@ def _plot(args):
 
     matplotlib.use("Agg")
     from keras_attnconv.run_directory import RunDirectory
+    from keras_attnconv.utils import check_writable
     from keras_attnconv.viz import run_figures
 
-    figures = run_figures(args.source)
     run = RunDirectory(args.source)
     default = run.figures_dir if run.is_ours() else Path("figures")
-    out = Path(args.output) if args.output else default
+    out = Path(args.output) if args.output is not None else default
+    check_writable(out, "output")  # before the figures are drawn
+    figures = run_figures(args.source)
     for name, figure in figures.items():
         out.mkdir(parents=True, exist_ok=True)
         figure.savefig(out / f"{name}.png", dpi=120)
@@ -135,8 +137,9 @@ def _bench(args):
 
     from keras_attnconv.utils import check_writable, report_paths
 
-    output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                             "formats": "bench-formats.json"}[args.suite]
+    defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
+                "formats": "bench-formats.json"}
+    output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     for path in report_paths(output):  # before the benchmark, not after it
         check_writable(path, "output", file=True)
     if args.suite == "numerics":
@@ -160,7 +163,9 @@ def _compare(args):
     from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
     from keras_attnconv.utils import report_paths
 
-    overrides = {"verbose": 0, "runs_dir": args.runs_dir, **({"epochs": args.epochs} if args.epochs else {})}
+    overrides = {"verbose": 0, "runs_dir": args.runs_dir}
+    if args.epochs is not None:  # --epochs 0 is a value to check, not an absent one
+        overrides["epochs"] = args.epochs
     models = args.models.split(",") if args.models is not None else ENCODINGS
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))

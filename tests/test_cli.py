@@ -246,7 +246,8 @@ def test_a_recipe_that_cannot_be_parsed_is_named_in_one_line(tmp_path, capsys, c
 
 
 @pytest.mark.parametrize("flag", ["--name", "--run-dir", "--runs-dir", "--export-dir"])
-@pytest.mark.parametrize("value, message", [("a\0b", "cannot hold a NUL byte"), ("x" * 300, "has a name of 300 characters")])
+@pytest.mark.parametrize("value, message", [("a\0b", "cannot hold a NUL byte"),
+                                            ("x" * 300, "has a name of 300 characters")])
 def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(tmp_path, capsys, monkeypatch, flag, value,
                                                                         message):
     monkeypatch.chdir(tmp_path)
@@ -255,3 +256,33 @@ def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(tmp_path
     argument = flag[2:].replace("-", "_")
     assert err.count("\n") == 1 and f"`{argument}` {message}" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    from keras_attnconv import bench, build_model, save_to_preset, viz
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work began before the output was checked")
+
+    monkeypatch.setattr(bench, "run_benchmark", no_work)
+    monkeypatch.setattr(viz, "run_figures", no_work)
+    preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
+                            tmp_path / "preset")
+    (tmp_path / "file").write_text("mine")
+    cases = [(["bench", "--output", ""], "`output` must be a non-empty path. Received: output=''"),  # not the default
+             (["plot", str(preset), "--output", str(tmp_path / "file")], f"{tmp_path / 'file'} is a file"),
+             (["plot", str(preset), "--output", "a\0b"], "`output` cannot hold a NUL byte")]
+    for args, message in cases:
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_compare_takes_epochs_0_as_given_not_as_absent(tmp_path, capsys):
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text("epochs = 1\n")
+    assert cli.main(["compare", "--recipe", str(recipe), "--epochs", "0", "--models", "quadratic_tiny",
+                     "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
+    assert "Received: epochs=0" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
