@@ -212,14 +212,21 @@ def _check_weights(model, path, preset):
     """Raises ValueError unless the weights file holds as many weights, of the same shapes, as the model has.
 
     Keras would drop extra weights without a word: another model's file
-    must not load into this one.
+    must not load into this one. Only the model's own part of the file is
+    compared (its layers and variables): a compiled model also saves its
+    optimizer's state, which loading ignores.
     """
     import h5py  # Keras' own dependency for .weights.h5
 
     shapes = []
+
+    def collect(name, item):
+        if isinstance(item, h5py.Dataset) and name.startswith(("layers/", "vars/")):
+            shapes.append(item.shape)
+
     try:
         with h5py.File(path, "r") as weights:
-            weights.visititems(lambda _, item: shapes.append(item.shape) if isinstance(item, h5py.Dataset) else None)
+            weights.visititems(collect)
     except OSError as error:
         raise ValueError(f"The weights of the preset {str(preset)!r} cannot be loaded ({error}). "
                          f"Received: preset={str(preset)!r}") from None

@@ -277,6 +277,14 @@ def with_weights_of(**overrides):
     return damage
 
 
+def test_a_compiled_models_preset_with_its_optimizer_state_loads(tmp_path):
+    model = small_model()
+    model.compile(optimizer="sgd", loss="mse")
+    model.optimizer.build(model.trainable_variables)  # its state is saved beside the model's weights
+    restored = from_preset(save_to_preset(model, tmp_path / "p"))
+    np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
+
+
 def without_a_weight(path):
     import h5py
 
