@@ -31,8 +31,27 @@ def layer_centers(model):
                          block.attention.position_score.covariances) for block in _centered_blocks(model)}
 
 
+def _on_the_grid(scores):
+    """One example's (heads, T, T) probabilities from a layer's scores; a window's keys placed at their positions.
+
+    A windowed layer returns ``(probabilities (batch, heads, T, K), key_indices (T, K))``: every key outside a
+    query's window has weight 0.
+    """
+    if not isinstance(scores, (tuple, list)):
+        return ops.convert_to_numpy(scores)[0]
+    probabilities, key_indices = ops.convert_to_numpy(scores[0])[0], ops.convert_to_numpy(scores[1])
+    heads, tokens, _ = probabilities.shape
+    dense = np.zeros((heads, tokens, tokens), probabilities.dtype)
+    queries = np.broadcast_to(np.arange(tokens)[:, None], key_indices.shape)
+    np.add.at(dense, (slice(None), queries, key_indices), probabilities)  # adds: a clipped window may repeat a key
+    return dense
+
+
 def attention_probabilities(model, image):
-    """Attention probabilities of every block for one uint8 image (H, W, 3): a list of (heads, T, T) arrays."""
+    """Attention probabilities of every block for one uint8 image (H, W, 3): a list of (heads, T, T) arrays.
+
+    Windowed blocks give theirs on the whole grid too (0 outside each query's window).
+    """
     blocks = encoder_blocks(model)
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.shape != tuple(model.input_shape[1:]):
@@ -41,8 +60,7 @@ def attention_probabilities(model, image):
     inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
     block_inputs = inputs_model([image[None]])
     block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
-    return [ops.convert_to_numpy(block.attention(x, return_attention_scores=True)[1])[0]
-            for block, x in zip(blocks, block_inputs)]
+    return [_on_the_grid(block.attention(x, return_attention_scores=True)[1]) for block, x in zip(blocks, block_inputs)]
 
 
 class AttentionCentersHistory(keras.callbacks.Callback):

@@ -104,12 +104,14 @@ def _plot(args):
 
     matplotlib.use("Agg")
     from keras_attnconv.run_directory import RunDirectory
+    from keras_attnconv.utils import check_writable
     from keras_attnconv.viz import run_figures
 
-    figures = run_figures(args.source)
     run = RunDirectory(args.source)
     default = run.figures_dir if run.is_ours() else Path("figures")
-    out = Path(args.output) if args.output else default
+    out = Path(args.output) if args.output is not None else default
+    check_writable(out, "output")  # before the figures are drawn
+    figures = run_figures(args.source)
     for name, figure in figures.items():
         out.mkdir(parents=True, exist_ok=True)
         figure.savefig(out / f"{name}.png", dpi=120)
@@ -133,17 +135,18 @@ def _convert(args):
 def _bench(args):
     from keras_attnconv import bench
 
-    from keras_attnconv.utils import check_writable
+    from keras_attnconv.utils import check_writable, report_paths
 
-    output = args.output or {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                             "formats": "bench-formats.json"}[args.suite]
-    for path in (output, os.path.splitext(output)[0] + ".md"):  # before the benchmark, not after it
+    defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
+                "formats": "bench-formats.json"}
+    output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
+    for path in report_paths(output):  # before the benchmark, not after it
         check_writable(path, "output", file=True)
     if args.suite == "numerics":
         results = bench.run_numerics(quick=args.quick, output=output, command=args.command_line)
         print(bench.numerics_markdown(results))
         if not results["ok"]:
-            raise RuntimeError(f"a numerics check failed: see {output}")
+            raise RuntimeError(f"a numerics check failed: see {report_paths(output)[0]}")
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
@@ -152,36 +155,40 @@ def _bench(args):
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     else:
         print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
-    print(f"\nwrote {output} and {os.path.splitext(output)[0]}.md")
+    print("\nwrote {} and {}".format(*report_paths(output)))
     return 0
 
 
 def _compare(args):
     from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
+    from keras_attnconv.utils import report_paths
 
-    overrides = {"verbose": 0, "runs_dir": args.runs_dir, **({"epochs": args.epochs} if args.epochs else {})}
+    overrides = {"verbose": 0, "runs_dir": args.runs_dir}
+    if args.epochs is not None:  # --epochs 0 is a value to check, not an absent one
+        overrides["epochs"] = args.epochs
     models = args.models.split(",") if args.models is not None else ENCODINGS
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
-    print(f"wrote {args.output} and {os.path.splitext(args.output)[0]}.md")
+    print("wrote {} and {}".format(*report_paths(args.output)))
     return 0
 
 
 def build_parser():
+    # No abbreviations: --epoch must not be taken for --epochs, nor a later option's prefix for an earlier one.
     parser = argparse.ArgumentParser(
-        prog="attnconv",
+        prog="attnconv", allow_abbrev=False,
         description="keras_attnconv: self-attention as convolution (Cordonnier et al., ICLR 2020).",
     )
     from keras_attnconv.version import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and TensorFlow's logs")
-    common = argparse.ArgumentParser(add_help=False)  # --debug also after the command name
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --debug also after the command name
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name, **kwargs):
-        return commands.add_parser(name, parents=[common], **kwargs)
+        return commands.add_parser(name, parents=[common], allow_abbrev=False, **kwargs)
 
     listing = add("list", help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
@@ -278,7 +285,10 @@ def _one_line(error, limit=600):
     if len(message) > limit:  # e.g. a backend error that prints a whole tensor: keep what was received
         received = message.rfind("Received:")
         tail = message[received:received + limit // 2] if received >= 0 else ""
-        message = message[:limit - len(tail)] + " ... " + tail
+        head = message[:limit - len(tail)]
+        # Shorten at a word's end, never inside a name (a list of models loses its last names, not half of one).
+        cut = head.rfind(" ")
+        message = (head[:cut] if cut > 0 else head).rstrip(",;") + " ... " + tail
     if isinstance(error, (KeyError, ModuleNotFoundError)) or not str(error):
         message = f"{type(error).__name__}: {message}"
     return message

@@ -8,10 +8,9 @@ read, not trained again.
 """
 
 import dataclasses
-from pathlib import Path
 
 from keras_attnconv.models import get_paper_figures
-from keras_attnconv.utils import check_writable, machine, write_atomically, write_json
+from keras_attnconv.utils import check_writable, machine, report_paths, write_report
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
@@ -33,7 +32,8 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
     for name in models:
         get_paper_figures(name)  # unknown names fail here, before any training
-    check_writable(output, "output", file=True)
+    for path in report_paths(output):
+        check_writable(path, "output", file=True)
     recipe_values = load_recipe(recipe, **overrides)
     configs = {name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
                for name in models}
@@ -59,9 +59,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     results = {"recipe": str(recipe), "epochs": recipe_values.epochs, "dataset": recipe_values.dataset,
                "seed": recipe_values.seed, "precision": recipe_values.precision,
                "eval_split": metrics["eval_split"], "machine": machine(), "rows": rows}
-    output = Path(output)
-    write_json(output, results)
-    write_atomically(output.with_suffix(".md"), lambda tmp: tmp.write_text(markdown_table(results)))
+    write_report(output, results, markdown_table(results))
     return results
 
 

@@ -29,6 +29,7 @@ Serving serves (a model's first version is served when it appears;
 """
 
 import json
+import os
 import shutil
 
 import keras
@@ -153,6 +154,59 @@ def _write_single_file(model, staging, format, description):
             "outputs": {"logits": ["float32", [None, model.config.num_classes]]}}
 
 
+def _run_saved_model(path, images):
+    import tensorflow as tf
+
+    return tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(images))["probabilities"]
+
+
+def _run_onnx(path, images):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path / VERSION_FILES["onnx"]), providers=["CPUExecutionProvider"])
+    return session.run(["logits"], {"images": images})[0]
+
+
+def _run_litert(path, images):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(path / VERSION_FILES["litert"]))
+    index = interpreter.get_input_details()[0]["index"]
+    interpreter.resize_tensor_input(index, images.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index, images)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
+#: Each format's runtime (the module that must be installed to check it) and one batch run in it.
+RUNTIMES = {"saved_model": ("tensorflow", _run_saved_model), "onnx": ("onnxruntime", _run_onnx),
+            "litert": ("ai_edge_litert", _run_litert)}
+
+
+def _check_in_runtime(model, staging, format, name):
+    """Raises RuntimeError unless the export in `staging` loads and runs one batch in its runtime (if installed).
+
+    A converter can write a file its own runtime refuses (LiteRT on the
+    smallest grids): such a file must never be published.
+    """
+    module, run = RUNTIMES[format]
+    try:
+        __import__(module)
+    except ImportError:  # the format was written without its runtime: nothing to check it with here
+        return
+    size, classes = model.config.image_size, model.config.num_classes
+    images = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
+    try:
+        shape = tuple(np.shape(run(staging, images)))
+        if shape != (2, classes):
+            raise ValueError(f"it returned shape {shape} for (2, {classes})")
+    except Exception as error:  # the runtime's own errors: the reason, on one line
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise RuntimeError(f"The {format} export of {name} cannot be run by {module} ({reason}); nothing was "
+                           f"published. Export another format. Received: format={format!r}") from None
+
+
 def export_model(model, export_dir=None, *, format="saved_model", version=None, serving_name=None, serve=False,
                  jit_compile=False, metadata=None, warmup=True, base_path="/models"):
     """Exports a model of the zoo as ``export_dir/<name>/<version>/``; returns the version directory.
@@ -183,6 +237,9 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
             a ``models.config`` there that is not TF Serving's.
         PermissionError, NotADirectoryError: `export_dir` cannot be written.
         All are raised before any work; nothing is written.
+        RuntimeError: the exported file cannot be loaded, or run on one
+            batch, by its runtime (checked where it is installed); nothing
+            is published.
     """
     check_zoo_model(model)
     root = ExportRoot(export_dir, format)
@@ -213,6 +270,7 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
         else:
             info["signature"] = _write_single_file(exported, staging, format, {
                 "model": exported.name, "serving_name": name, "preprocessing": exported.preprocessing})
+        _check_in_runtime(exported, staging, format, name)
         target = root.publish(staging, name, version, write_metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -247,9 +305,12 @@ def paper_configurations():
 
 def export_source(source, export_dir=None, **kwargs):
     """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`."""
-    ExportRoot(export_dir, kwargs.get("format", "saved_model")).check()  # before loading
+    root = ExportRoot(export_dir, kwargs.get("format", "saved_model"))
+    root.check()  # before loading
     preset = preset_of(source)
-    metadata = {**load_preset_metadata(preset), "source": str(preset.resolve()), **(kwargs.pop("metadata", None) or {})}
+    # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
+    metadata = {**load_preset_metadata(preset), "source": os.path.relpath(preset.resolve(), root.path.resolve()),
+                **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
 
 

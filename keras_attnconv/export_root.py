@@ -27,7 +27,7 @@ from pathlib import Path
 
 from keras_attnconv.ownership import check_owned, mark_of, write_mark
 from keras_attnconv.staging import new_staging, remove_stale_staging
-from keras_attnconv.utils import check_choice, check_writable, file_lock, write_atomically
+from keras_attnconv.utils import check_choice, check_path, check_writable, did_you_mean, file_lock, write_atomically
 
 FORMATS = ("saved_model", "onnx", "litert")
 #: The export root of each format when none is given.
@@ -67,7 +67,8 @@ def check_version(version, allow_none=True):
 
 
 def _is_version_dir(path):
-    return path.is_dir() and path.name.isdigit()
+    # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses or TF Serving would not read.
+    return path.is_dir() and path.name.isascii() and path.name.isdigit()
 
 
 class ExportRoot:
@@ -84,7 +85,7 @@ class ExportRoot:
     def __init__(self, export_dir=None, format="saved_model"):
         check_choice("format", format, FORMATS)
         self.format = format
-        self.path = Path(DEFAULT_EXPORT_DIRS[format] if export_dir is None else export_dir)
+        self.path = Path(DEFAULT_EXPORT_DIRS[format] if export_dir is None else check_path("export_dir", export_dir))
 
     def __repr__(self):
         return f"ExportRoot({str(self.path)!r}, format={self.format!r})"
@@ -140,6 +141,12 @@ class ExportRoot:
             if other != self.format and self.versions(model_dir.name, other):
                 raise ValueError(f"{model_dir} holds {other} versions: export {self.format} to another export_dir "
                                  f"(default {DEFAULT_EXPORT_DIRS[self.format]!r}). Received: format={self.format!r}")
+
+    def model_names(self):
+        """The names of the root's model directories, sorted."""
+        if not self.path.is_dir():
+            return []
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and SERVING_NAME.fullmatch(p.name))
 
     def versions(self, name, format=None):
         """The versions of `name` that hold an export of `format` (default: the root's), ascending."""
@@ -259,7 +266,8 @@ class ExportRoot:
         for name, version in serve.items():
             check_version(version, allow_none=False)
             if version not in self.versions(check_serving_name(name, "name"), "saved_model"):
-                raise FileNotFoundError(f"{self.path / name / str(version)} holds no SavedModel to serve. "
+                hint = "" if (self.path / name).is_dir() else did_you_mean(name, self.model_names())
+                raise FileNotFoundError(f"{self.path / name / str(version)} holds no SavedModel to serve.{hint} "
                                         f"Received: name={name!r}, version={version!r}")
         path = self.models_config
         with file_lock(self.path / self.LOCK):
@@ -267,24 +275,24 @@ class ExportRoot:
                 leftover.unlink(missing_ok=True)
             config = self.read_models_config()
             entries = {entry.name: entry for entry in config.model_config_list.config}
-            for model_dir in sorted(p for p in self.path.iterdir() if p.is_dir() and SERVING_NAME.fullmatch(p.name)):
-                versions = self.versions(model_dir.name, "saved_model")
+            for model_name in self.model_names():
+                versions = self.versions(model_name, "saved_model")
                 if not versions:
                     continue
-                entry = entries.get(model_dir.name)
-                if entry is None and not self.exported_by_the_package(model_dir.name):
+                entry = entries.get(model_name)
+                if entry is None and not self.exported_by_the_package(model_name):
                     continue  # the user's model, which the user chose not to serve here
                 if entry is None:
-                    entry = config.model_config_list.config.add(name=model_dir.name, model_platform="tensorflow",
-                                                                base_path=f"{base_path}/{model_dir.name}")
+                    entry = config.model_config_list.config.add(name=model_name, model_platform="tensorflow",
+                                                                base_path=f"{base_path}/{model_name}")
                     entry.model_version_policy.specific.versions.append(versions[0])
-                    entries[model_dir.name] = entry
+                    entries[model_name] = entry
                 elif entry.model_version_policy.WhichOneof("policy_choice") == "specific":
                     served = entry.model_version_policy.specific.versions
                     if any(v not in versions for v in served):
                         served[:] = [v for v in served if v in versions] or [versions[-1]]
-                if model_dir.name in serve:
-                    entry.model_version_policy.specific.versions[:] = [serve[model_dir.name]]
+                if model_name in serve:
+                    entry.model_version_policy.specific.versions[:] = [serve[model_name]]
             write_atomically(path, lambda tmp: tmp.write_text(text_format.MessageToString(config)))
         return path
 

@@ -13,10 +13,9 @@ Pure Python: no framework is imported, so the command line checks a
 directory before TensorFlow or JAX loads.
 """
 
-import json
 from pathlib import Path
 
-from keras_attnconv.utils import write_json
+from keras_attnconv.utils import read_json, write_json
 
 MARKER = ".keras_attnconv.json"
 PACKAGE = "keras_attnconv"
@@ -37,7 +36,7 @@ def mark_of(directory):
     """
     path = Path(directory) / MARKER
     try:
-        mark = json.loads(path.read_text())
+        mark = read_json(path)
     except (OSError, ValueError):  # absent, a directory, unreadable or not JSON: no mark of ours
         return None
     if not (isinstance(mark, dict) and mark.get("package") == PACKAGE and mark.get("kind") in KINDS):

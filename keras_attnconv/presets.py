@@ -29,11 +29,13 @@ import os
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from keras_attnconv.models import ImageClassifier
 from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, write_mark
+from keras_attnconv.run_directory import RunDirectory
 from keras_attnconv.staging import exchange, new_staging, remove, remove_stale_staging
-from keras_attnconv.utils import check_bool, check_free_space
+from keras_attnconv.utils import check_bool, check_free_space, check_path, check_writable, read_json
 from keras_attnconv.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -88,6 +90,7 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     """
     check_zoo_model(model)
     check_bool("overwrite", overwrite)
+    check_writable(preset_dir, "preset_dir", beside=True)  # staged in its parent: a name the user gave, not ours
     preset_dir = Path(preset_dir)
     if preset_dir.is_symlink():  # the preset it points to is the one asked for
         preset_dir = preset_dir.resolve()
@@ -144,7 +147,7 @@ def _publish(staging, preset_dir, overwrite, exists):
 def _is_earlier_preset(path):
     """Whether an unmarked directory is a preset written by an earlier keras_attnconv (its metadata says so)."""
     try:
-        record = json.loads((Path(path) / METADATA_FILE).read_text())
+        record = read_json(Path(path) / METADATA_FILE)
     except (OSError, ValueError):
         return False
     return is_preset(path) and isinstance(record, dict) and "keras_attnconv_version" in record
@@ -161,28 +164,80 @@ def is_preset(path):
     return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
-def _read_json(path, preset):
+def _read_json_object(path, preset):
+    """A preset's JSON file, which holds an object (a dict)."""
     try:
-        return json.loads(path.read_text())
+        value = read_json(path)
     except (OSError, ValueError) as error:
         raise ValueError(f"The preset {str(preset)!r} has an unreadable {path.name} ({error}). "
                          f"Received: preset={str(preset)!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"The preset {str(preset)!r} has a {path.name} that holds a JSON {type(value).__name__}, "
+                         f"not an object. Received: preset={str(preset)!r}")
+    return value
 
 
 def load_preset_metadata(preset):
     """The ``metadata.json`` of a preset directory, as a dict."""
     _check_preset(preset)
-    return _read_json(Path(preset) / METADATA_FILE, preset)
+    return _read_json_object(Path(preset) / METADATA_FILE, preset)
 
 
 def _check_preset(preset):
+    check_path("preset", preset)
     path = Path(preset)
     if not path.is_dir():
         raise FileNotFoundError(f"No preset directory at {str(preset)!r}. Received: preset={str(preset)!r}")
+    run = RunDirectory(path)
+    if run.is_ours() and is_preset(run.preset_dir):  # the run's best model is its preset, one level down
+        raise FileNotFoundError(f"{str(preset)!r} is a training run, not a preset: its preset is "
+                                f"{str(run.preset_dir)!r}. Received: preset={str(preset)!r}")
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE) if not (path / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{str(preset)!r} is not a preset: it lacks {', '.join(missing)}. "
                                 f"Received: preset={str(preset)!r}")
+
+
+def _check_metadata(model, metadata, preset):
+    """Raises ValueError unless what ``metadata.json`` says of the model is what ``config.json`` builds."""
+    built = json.loads(json.dumps(model_metadata(model)))  # as JSON holds it: lists, not tuples
+    for field in ("model", "class", "parameter_count", "preprocessing"):
+        if field in metadata and metadata[field] != built[field]:  # an earlier preset may lack a field
+            raise ValueError(f"The preset {str(preset)!r} disagrees with itself: metadata.json says {field}="
+                             f"{metadata[field]!r} where config.json builds {field}={built[field]!r}. "
+                             f"Received: preset={str(preset)!r}")
+
+
+def _check_weights(model, path, preset):
+    """Raises ValueError unless the weights file holds as many weights, of the same shapes, as the model has.
+
+    Keras would drop extra weights without a word: another model's file
+    must not load into this one. Only the model's own part of the file is
+    compared (its layers and variables): a compiled model also saves its
+    optimizer's state, which loading ignores.
+    """
+    import h5py  # Keras' own dependency for .weights.h5
+
+    shapes = []
+
+    def collect(name, item):
+        if isinstance(item, h5py.Dataset) and name.startswith(("layers/", "vars/")):
+            shapes.append(item.shape)
+
+    try:
+        with h5py.File(path, "r") as weights:
+            weights.visititems(collect)
+    except OSError as error:
+        raise ValueError(f"The weights of the preset {str(preset)!r} cannot be loaded ({error}). "
+                         f"Received: preset={str(preset)!r}") from None
+    expected = [tuple(w.shape) for w in model.weights]
+    if sorted(shapes) != sorted(expected):
+        def count(found):
+            return f"{len(found)} weights ({sum(int(np.prod(s)) for s in found)} values)"
+
+        raise ValueError(f"The preset {str(preset)!r} disagrees with itself: model.weights.h5 holds {count(shapes)} "
+                         f"where the model of config.json, {model.name}, has {count(expected)}. "
+                         f"Received: preset={str(preset)!r}")
 
 
 def from_preset(preset, *, dtype=None, load_weights=True):
@@ -196,13 +251,20 @@ def from_preset(preset, *, dtype=None, load_weights=True):
         load_weights: False gives the architecture with fresh weights.
 
     Only the package's own model classes are loaded, in Keras' safe mode: a
-    preset cannot make this function run code.
+    preset cannot make this function run code. Its three files are checked
+    against each other first: ``metadata.json`` must name the model, class,
+    parameter count and preprocessing that ``config.json`` builds, and
+    ``model.weights.h5`` must hold that model's weights, no more and no
+    fewer (Keras alone would drop extra ones); a disagreement is a
+    ValueError naming the preset and what disagrees. A run directory given
+    as the preset is an error naming its ``preset/``.
     """
     check_bool("load_weights", load_weights)
     _check_preset(preset)
     path = Path(preset)
-    config = _read_json(path / CONFIG_FILE, preset)
-    registered = config.get("registered_name") if isinstance(config, dict) else None
+    config = _read_json_object(path / CONFIG_FILE, preset)
+    metadata = _read_json_object(path / METADATA_FILE, preset)
+    registered = config.get("registered_name")
     model_class = keras.saving.get_registered_object(registered) if isinstance(registered, str) else None
     if not (isinstance(model_class, type) and issubclass(model_class, ImageClassifier)
             and isinstance(config.get("config"), dict)):
@@ -211,7 +273,9 @@ def from_preset(preset, *, dtype=None, load_weights=True):
     if dtype is not None:
         config = {**config, "config": {**config["config"], "dtype": dtype}}
     model = keras.saving.deserialize_keras_object(config, safe_mode=True)
+    _check_metadata(model, metadata, preset)
     if load_weights:
+        _check_weights(model, path / WEIGHTS_FILE, preset)
         try:
             model.load_weights(path / WEIGHTS_FILE)
         except Exception as error:  # h5py's and Keras' errors for a damaged or mismatched file

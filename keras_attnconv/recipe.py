@@ -13,6 +13,7 @@ from keras_attnconv.utils import (
     check_bool,
     check_choice,
     check_known_fields,
+    check_path,
     check_positive_int,
     check_real,
     check_seed,
@@ -81,6 +82,9 @@ class TrainConfig:
         for field in ("data_dir", "eval_split", "run_dir", "export_dir"):  # the optional text fields
             if getattr(self, field) is not None:
                 _check_text(field, getattr(self, field))
+        for field in ("name", "dataset", "data_dir", "runs_dir", "run_dir", "export_dir"):  # names of files
+            if getattr(self, field) is not None:
+                check_path(field, getattr(self, field))
         if "/" in self.name or self.name in (".", ".."):
             raise ValueError(f"`name` names a run directory under runs_dir and cannot be a path. "
                              f"Received: name={self.name!r}")
@@ -139,15 +143,18 @@ def load_recipe(path, **overrides):
     to the recipe's, unless `model` names another model.
     """
     tomllib = toml_module()
-    path = Path(path)
+    path = Path(check_path("recipe", path))
     if not path.is_file():
         raise FileNotFoundError(f"No recipe at {str(path)!r}. Received: recipe={str(path)!r}")
     try:
         with path.open("rb") as f:
             values = {"name": path.stem, **tomllib.load(f)}
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {error}. Received: recipe={str(path)!r}") \
-            from error
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as error:
+        # TOML is UTF-8 text; the parser recurses into nested values and arrays.
+        reason = {UnicodeDecodeError: "it is not UTF-8 text", RecursionError: "it is nested too deeply"}.get(
+            type(error), error)
+        raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {reason}. Received: recipe={str(path)!r}") \
+            from None
     same_model = overrides.get("model", values.get("model")) == values.get("model")
     given, recipes = overrides.get("model_overrides"), values.get("model_overrides")
     if same_model and isinstance(given, dict) and isinstance(recipes, dict):

@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
-from keras_attnconv.utils import check_writable, file_lock, write_json
+from keras_attnconv.utils import check_path, check_writable, file_lock, read_json, write_json
 
 
 class RunInUseError(RuntimeError):
@@ -150,10 +150,18 @@ class RunDirectory:
         if not self.config_file.exists():
             return None
         try:
-            return json.loads(self.config_file.read_text())
+            config = read_json(self.config_file)
         except (OSError, ValueError) as error:
             raise ValueError(f"{self.config_file} cannot be read ({error}): the run directory was damaged. Pass "
                              f"another --run-dir. Received: run_dir={str(self.path)!r}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{self.config_file} holds a JSON {type(config).__name__}, not a recipe: the run "
+                             f"directory was damaged. Pass another --run-dir. Received: run_dir={str(self.path)!r}")
+        return config
+
+    def path_from_preset(self):
+        """Where the run is, seen from its preset (what the preset's metadata records: never an absolute path)."""
+        return os.path.relpath(self.path, self.preset_dir)
 
     def write_config(self, resolved):
         write_json(self.config_file, resolved)
@@ -191,7 +199,7 @@ def preset_of(source):
     """The preset directory of `source`: a run directory (its ``preset/``) or a preset directory itself."""
     from keras_attnconv.presets import is_preset
 
-    source = Path(source)
+    source = Path(check_path("source", source))
     if is_preset(RunDirectory(source).preset_dir):
         return RunDirectory(source).preset_dir
     if is_preset(source):

@@ -309,7 +309,7 @@ def _save_best_as_preset(config, plan, run):
                "eval_accuracy": float(accuracy)}
     metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
                 "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run),
-                "training_run": str(run.path.resolve())}
+                "training_run": run.path_from_preset()}
     return save_to_preset(best, run.preset_dir, metadata=metadata)
 
 

@@ -108,6 +108,50 @@ def none_word(value):
     return None if isinstance(value, str) and value.strip().lower() in NONE_WORDS else value
 
 
+#: The longest name (path component) the package accepts: a file system's limit is 255 bytes, and an owner
+#: stages a directory under a hidden name that adds about 40 characters to it.
+MAX_NAME_BYTES = 200
+
+
+def check_path(argument, path):
+    """Raises ValueError naming `argument` unless `path` is a path the system can take: before any work.
+
+    No NUL byte (no system call takes one) and no name longer than
+    `MAX_NAME_BYTES`; the one check of both, for every path and name given.
+    """
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"`{argument}` must be a non-empty path. Received: {argument}={path!r}")
+    if "\0" in text:
+        raise ValueError(f"`{argument}` cannot hold a NUL byte. Received: {argument}={text!r}")
+    longest = max(Path(text).parts, key=lambda part: len(part.encode(errors="surrogateescape")), default="")
+    if len(longest.encode(errors="surrogateescape")) > MAX_NAME_BYTES:
+        shown = f"{text[:60]}...({len(text)} characters)"
+        raise ValueError(f"`{argument}` has a name of {len(longest)} characters; at most {MAX_NAME_BYTES} bytes are "
+                         f"allowed. Received: {argument}={shown!r}")
+    return path
+
+
+def read_json(path):
+    """The JSON value in the file `path`; a file nested too deeply to parse is a ValueError, as any bad JSON is."""
+    text = Path(path).read_text()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
+def report_paths(output):
+    """The JSON and markdown files of a report written to `output`: ``(X.json, X.md)`` whichever of them is given.
+
+    Any other name is the JSON file, with the markdown beside it as ``X.md``:
+    never one file for both formats.
+    """
+    base, suffix = os.path.splitext(os.fspath(output))
+    json_path = f"{base}.json" if suffix.lower() == ".md" else os.fspath(output)
+    return json_path, f"{base}.md"
+
+
 def write_atomically(path, write):
     """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
     path = Path(path)
@@ -145,17 +189,20 @@ def file_lock(path, blocking=True):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def check_writable(path, argument, file=False):
+def check_writable(path, argument, file=False, beside=False):
     """Raises (naming `argument` and `path`) unless `path` could be written: before any work that ends writing it.
 
     `path` is a directory (created if missing, with its parents) or, with
-    `file`, a file: then it must not be a directory. The nearest existing
-    directory on the way must be writable; a file on the way is an error.
+    `file`, a file: then it must not be a directory. With `beside`, the
+    directory is written beside itself (staged in its parent and renamed).
+    The nearest existing directory on the way must be writable; a file on
+    the way is an error.
     """
+    check_path(argument, path)
     path = Path(path)
     if file and path.is_dir():
         raise IsADirectoryError(f"Cannot write {argument}={str(path)!r}: it is a directory.")
-    existing = _nearest_existing(path.parent if file else path)
+    existing = _nearest_existing(path.parent if file or beside else path)
     if not existing.is_dir():
         raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, not a directory.")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -191,6 +238,13 @@ def write_json(path, data):
     except ValueError as error:
         raise ValueError(f"Cannot write {path} as JSON: {error}. Received: path={str(path)!r}") from None
     write_atomically(path, lambda tmp: tmp.write_text(text + "\n"))
+
+
+def write_report(output, results, markdown):
+    """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`)."""
+    json_path, markdown_path = report_paths(output)
+    write_json(json_path, results)
+    write_atomically(markdown_path, lambda tmp: tmp.write_text(markdown.rstrip("\n") + "\n"))
 
 
 def machine():

@@ -124,7 +124,8 @@ def run_figures(source):
     image of the model's dataset (a run's, as its preset records it; the
     embedded CIFAR-10 sample for a preset that names none) for the central
     query pixel, unless the dataset would need a download (cifar10/cifar100
-    through tensorflow-datasets) or has another image size.
+    through tensorflow-datasets) or has another image size. A model with none
+    of these (a ResNet) is a ValueError saying so.
     """
     from keras_attnconv.data import TFDS_DATASETS, dataset_info, load_arrays
     from keras_attnconv.models import AttentionClassifier
@@ -148,4 +149,9 @@ def run_figures(source):
     history = load_centers_history(RunDirectory(source).centers_history)
     if history:
         figures["centers_history"] = plot_centers_history(history)
+    if not figures:
+        reason = (f"its heads have no centers and no image of its dataset {dataset!r} is on this machine"
+                  if isinstance(model, AttentionClassifier) else "it has no attention heads")
+        raise ValueError(f"Nothing to draw for {source}: its model {model.name} ({type(model).__name__}) has no "
+                         f"attention figure: {reason}. Received: source={str(source)!r}")
     return figures

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import keras
+import pytest
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, gpu_suite
@@ -176,3 +177,15 @@ def test_a_failed_numerics_check_fails_the_command(tmp_path, monkeypatch, capsys
     assert cli.main(["bench", "--suite", "numerics", "--quick", "--output", str(output)]) == 2
     assert f"a numerics check failed: see {output}" in capsys.readouterr().err
     assert json.loads(output.read_text())["ok"] is False  # the figures are kept
+
+
+@pytest.mark.parametrize("given", ["res.md", "res.json", "res.MD", "res"])
+def test_an_output_named_for_either_format_writes_both_files(tmp_path, capsys, monkeypatch, given):
+    from keras_attnconv.bench import formats
+
+    monkeypatch.setattr(formats, "format_benchmark", lambda **settings: {"skipped": "a test"})
+    assert cli.main(["bench", "--suite", "formats", "--quick", "--output", str(tmp_path / given)]) == 0
+    json_path, markdown_path = (tmp_path / ("res" if given == "res" else "res.json"), tmp_path / "res.md")
+    assert f"wrote {json_path} and {markdown_path}" in capsys.readouterr().out
+    assert json.loads(json_path.read_text())["formats"] == {"skipped": "a test"}
+    assert markdown_path.read_text() == "Inference in each export format: not measured (a test).\n"

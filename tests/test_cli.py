@@ -189,3 +189,100 @@ def test_an_override_of_what_the_dataset_decides_is_refused(tmp_path, capsys, sm
 def test_a_long_message_keeps_what_was_received():
     message = cli._one_line(ValueError("x" * 2000 + " Received: value=42"))
     assert len(message) < 700 and message.endswith("Received: value=42")
+
+
+
+@pytest.mark.parametrize("args, unrecognized", [
+    (["train", "--epoch", "0"], "--epoch 0"),  # not --epochs (values that fail at once where it was taken)
+    (["export", "--mod", "nosuch"], "--mod"),  # nosuch is then its SOURCE
+    (["compare", "--model", "nosuch"], "--model nosuch"),  # not --models
+])
+def test_an_abbreviated_option_is_not_taken_for_another(capsys, args, unrecognized):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(args)
+    assert exited.value.code == 2
+    assert f"unrecognized arguments: {unrecognized}" in capsys.readouterr().err
+
+
+def test_a_shortened_list_of_models_never_cuts_a_name(capsys):
+    from keras_attnconv.models import list_models
+
+    assert cli.main(["export", "--model", "quadratik"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Received: name='quadratik'" in err
+    shown = err.split("Available: ")[1].split(" ... ")[0].split(", ")
+    assert len(shown) < len(list_models()) and set(shown) <= set(list_models())
+
+
+def test_plot_of_a_model_with_nothing_to_draw_says_so(tmp_path, capsys):
+    from keras_attnconv import build_model, save_to_preset
+
+    preset = save_to_preset(build_model("resnet_tiny"), tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
+    assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Nothing to draw" in err and "it has no attention heads" in err
+    assert not (tmp_path / "figures").exists()
+
+
+def test_plot_draws_the_windows_of_a_windowed_model(tmp_path, capsys):
+    from keras_attnconv import build_model, save_to_preset
+
+    model = build_model("absolute_learned_local_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
+    preset = save_to_preset(model, tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
+    assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures")]) == 0
+    assert capsys.readouterr().out.split() == [str(tmp_path / "figures" / "attention_maps.png")]
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"epochs = 3 # \xff\xfe\n", "it is not UTF-8 text"),
+    (b"model_overrides = " + b"[" * 50_000 + b"]" * 50_000 + b"\n", "it is nested too deeply"),
+])
+def test_a_recipe_that_cannot_be_parsed_is_named_in_one_line(tmp_path, capsys, content, reason):
+    recipe = tmp_path / "bad.toml"
+    recipe.write_bytes(content)
+    assert cli.main(["train", "--recipe", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"The recipe '{recipe}' is not valid TOML: {reason}" in err
+
+
+@pytest.mark.parametrize("flag", ["--name", "--run-dir", "--runs-dir", "--export-dir"])
+@pytest.mark.parametrize("value, message", [("a\0b", "cannot hold a NUL byte"),
+                                            ("x" * 300, "has a name of 300 characters")])
+def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(tmp_path, capsys, monkeypatch, flag, value,
+                                                                        message):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--model", "quadratic_tiny", flag, value]) == 2
+    err = capsys.readouterr().err
+    argument = flag[2:].replace("-", "_")
+    assert err.count("\n") == 1 and f"`{argument}` {message}" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    from keras_attnconv import bench, build_model, save_to_preset, viz
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work began before the output was checked")
+
+    monkeypatch.setattr(bench, "run_benchmark", no_work)
+    monkeypatch.setattr(viz, "run_figures", no_work)
+    preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
+                            tmp_path / "preset")
+    (tmp_path / "file").write_text("mine")
+    cases = [(["bench", "--output", ""], "`output` must be a non-empty path. Received: output=''"),  # not the default
+             (["plot", str(preset), "--output", str(tmp_path / "file")], f"{tmp_path / 'file'} is a file"),
+             (["plot", str(preset), "--output", "a\0b"], "`output` cannot hold a NUL byte")]
+    for args, message in cases:
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_compare_takes_epochs_0_as_given_not_as_absent(tmp_path, capsys):
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text("epochs = 1\n")
+    assert cli.main(["compare", "--recipe", str(recipe), "--epochs", "0", "--models", "quadratic_tiny",
+                     "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
+    assert "Received: epochs=0" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]

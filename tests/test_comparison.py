@@ -156,3 +156,13 @@ def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
     table = markdown_table(results)
     assert "| `a_tiny` | a_tiny | 1k | 25.0% | - | - | 1.0 min |" in table
     assert "| `a_local_tiny` | 25.0% | - | `a_tiny` | 25.0% | - |" in table
+
+
+def test_an_output_named_for_either_format_writes_both_files(recipe, tmp_path, capsys):
+    from keras_attnconv import cli
+
+    assert cli.main(["compare", "--recipe", str(recipe), "--models", MODELS[0], "--runs-dir", str(tmp_path / "runs"),
+                     "--output", str(tmp_path / "res.md")]) == 0
+    assert f"wrote {tmp_path / 'res.json'} and {tmp_path / 'res.md'}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "res.json").read_text())["rows"][0]["model"] == MODELS[0]
+    assert (tmp_path / "res.md").read_text().startswith("Recipe ")

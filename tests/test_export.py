@@ -225,7 +225,8 @@ def test_a_run_is_exported_only_under_its_own_model_name(tmp_path, capsys):
     path = root / "quadratic_tiny" / "1"
     assert capsys.readouterr().out.split() == [str(path)]
     metadata = metadata_of(path)
-    assert metadata["model"] == "quadratic_tiny" and metadata["source"] == str((run / "preset").resolve())
+    # Where the preset is seen from the export root: no absolute path of the machine that exported it.
+    assert metadata["model"] == "quadratic_tiny" and metadata["source"] == os.path.join("..", "run", "preset")
     assert metadata["metrics"] == {"eval_accuracy": 0.284, "epoch": 5}  # the exported weights' own metrics
 
 
@@ -473,3 +474,42 @@ def test_export_all_paper_configurations(tmp_path):
 
     assert cli.main(["export", "--all", "--export-dir", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(export.paper_configurations())
+
+
+@pytest.mark.parametrize("format", ["litert", "onnx", "saved_model"])
+def test_an_export_its_runtime_cannot_run_is_refused_and_nothing_is_published(tmp_path, format, monkeypatch):
+    def refuse(path, images):
+        raise ValueError("Tensor 52 is invalidly specified in schema.")
+
+    module, _ = export.RUNTIMES[format]
+    pytest.importorskip(module)
+    monkeypatch.setitem(export.RUNTIMES, format, (module, refuse))
+    with pytest.raises(RuntimeError, match=f"The {format} export of tiny cannot be run by {module} .Tensor 52 is "
+                                           f"invalidly specified in schema..; nothing was published"):
+        export.export_model(tiny_model(), tmp_path, format=format, warmup=False)
+    assert [p.name for p in (tmp_path / "tiny").iterdir()] == []
+
+
+def test_a_litert_file_its_interpreter_cannot_load_is_never_published(tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    # The converter writes a file the interpreter refuses for position-only heads on a 2x2 grid.
+    model = build_model("quadratic_tiny", seed=0, image_size=4, **SMALL)
+    with pytest.raises(RuntimeError, match="The litert export of quadratic_tiny cannot be run by ai_edge_litert"):
+        export.export_model(model, tmp_path, format="litert")
+    assert [p.name for p in (tmp_path / "quadratic_tiny").iterdir()] == []
+    path = export.export_model(build_model("quadratic_tiny", seed=0, image_size=8, **SMALL), tmp_path,
+                               format="litert")
+    assert path == tmp_path / "quadratic_tiny" / "1"
+
+
+@pytest.mark.parametrize("export_dir, message", [
+    ("a\0b", "`export_dir` cannot hold a NUL byte"),
+    ("x" * 300, "`export_dir` has a name of 300 characters"),
+])
+def test_an_export_root_the_system_cannot_name_is_refused_before_any_work(tmp_path, export_dir, message,
+                                                                          forbid_work):
+    with pytest.raises(ValueError, match=message):
+        export.export_model(tiny_model(), tmp_path / export_dir, warmup=False)
+    with pytest.raises(ValueError, match=message):
+        export.set_served_version(tmp_path / export_dir, "tiny", 1)
+    assert list(tmp_path.iterdir()) == []

@@ -10,7 +10,7 @@ import pytest
 from support import requires_tensorflow, run_until_killed, served_config, snapshot, tiny_model
 
 from keras_attnconv import build_model, cli, export, save_to_preset
-from keras_attnconv.export_root import MAX_VERSION
+from keras_attnconv.export_root import MAX_VERSION, ExportRoot
 from keras_attnconv.ownership import mark_of
 from keras_attnconv.run_directory import RunDirectory
 
@@ -199,3 +199,16 @@ def test_a_kill_while_publishing_leaves_the_old_or_new_state_and_the_next_export
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".models.config.tmp")) == []
     assert sorted(p.name for p in (root / "tiny").iterdir()) == ["1", "2", "3"]
     assert json.loads((root / "tiny" / "2" / "assets.extra" / "metadata.json").read_text())["version"] == 2
+
+
+def test_a_directory_named_with_a_non_ascii_digit_is_not_a_version(tmp_path):
+    export.export_model(tiny_model(), tmp_path, warmup=False)
+    (tmp_path / "tiny" / "\u00b2").mkdir()  # '²'.isdigit() is True, int('²') fails
+    assert export.export_model(tiny_model(), tmp_path, warmup=False) == tmp_path / "tiny" / "2"
+    assert ExportRoot(tmp_path).versions("tiny") == [1, 2]
+
+
+def test_serving_a_misspelled_model_suggests_the_closest_one(tmp_path, capsys):
+    export.export_model(tiny_model("quadratic_tiny"), tmp_path, warmup=False)
+    assert cli.main(["serve", "quadratic_tyni", "1", "--export-dir", str(tmp_path)]) == 2
+    assert "holds no SavedModel to serve. Did you mean 'quadratic_tiny'?" in capsys.readouterr().err

@@ -261,3 +261,104 @@ def test_a_kill_while_a_preset_is_replaced_leaves_the_old_or_the_new_one(tmp_pat
     assert any(p.name.startswith(".") for p in tmp_path.iterdir())  # the killed save's staging
     save_to_preset(small_model(), path, overwrite=True)  # the next save works, and removes it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]
+
+
+def with_metadata(**changes):
+    def damage(path):
+        metadata = json.loads((path / "metadata.json").read_text())
+        (path / "metadata.json").write_text(json.dumps({**metadata, **changes}))
+    return damage
+
+
+def with_weights_of(**overrides):
+    def damage(path):
+        other = save_to_preset(small_model(**overrides), path.parent / "other")
+        (path / "model.weights.h5").write_bytes((other / "model.weights.h5").read_bytes())
+    return damage
+
+
+def test_a_compiled_models_preset_with_its_optimizer_state_loads(tmp_path):
+    model = small_model()
+    model.compile(optimizer="sgd", loss="mse")
+    model.optimizer.build(model.trainable_variables)  # its state is saved beside the model's weights
+    restored = from_preset(save_to_preset(model, tmp_path / "p"))
+    np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
+
+
+def without_a_weight(path):
+    import h5py
+
+    with h5py.File(path / "model.weights.h5", "r+") as weights:
+        del weights["layers/transformer_encoder_block/output_norm/vars/1"]
+
+
+@pytest.mark.parametrize("damage, disagreement", [
+    (with_weights_of(num_layers=2), "model.weights.h5 holds 32 weights .* has 18 weights"),  # extra: Keras drops them
+    (with_weights_of(hidden_dim=12, intermediate_dim=12), r"holds 18 weights \(2046 values\) .* \(990 values\)"),
+    (without_a_weight, "model.weights.h5 holds 17 weights .* has 18 weights"),
+    (with_metadata(model="resnet18"), "metadata.json says model='resnet18' where config.json builds "
+                                      "model='quadratic_tiny'"),
+    (with_metadata(**{"class": "keras_attnconv>ResNet"}), "says class='keras_attnconv>ResNet'"),
+    (with_metadata(parameter_count=12), "says parameter_count=12 where config.json builds parameter_count=990"),
+    (with_metadata(preprocessing={"class_names": ["a", "b", "c"]}), "says preprocessing="),
+])
+def test_a_preset_whose_files_disagree_is_an_error_naming_what_disagrees(tmp_path, damage, disagreement):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    damage(path)
+    with pytest.raises(ValueError, match=f"The preset '{path}' disagrees with itself: .*{disagreement}"):
+        from_preset(path)
+
+
+@pytest.mark.parametrize("content, holds", [
+    ("[1, 2]", "holds a JSON list, not an object"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable metadata.json .JSON nested too deeply"),
+])
+def test_a_metadata_file_that_is_not_an_object_is_named(tmp_path, content, holds):
+    path = save_to_preset(small_model(), tmp_path / "p")
+    (path / "metadata.json").write_text(content)
+    for load in (from_preset, load_preset_metadata):
+        with pytest.raises(ValueError, match=f"preset '{path}' .*{holds}.* Received: preset='{path}'"):
+            load(path)
+
+
+def test_a_run_given_as_a_preset_points_to_its_preset(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    save_to_preset(small_model(), run.preset_dir)
+    with pytest.raises(FileNotFoundError, match=f"'{run.path}' is a training run, not a preset: its preset is "
+                                                f"'{run.preset_dir}'"):
+        from_preset(run.path)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("a\0b", "cannot hold a NUL byte"),
+    ("x" * 300, "has a name of 300 characters"),
+])
+def test_a_preset_path_the_system_cannot_take_is_named(tmp_path, name, message):
+    with pytest.raises(ValueError, match=f"`preset_dir` {message}"):
+        save_to_preset(small_model(), tmp_path / name)
+    with pytest.raises(ValueError, match=f"`preset` {message}"):
+        from_preset(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
+
+
+def read_only(path, monkeypatch):
+    """Makes `path` read-only, also for root (which ignores file modes): as os.access answers another user."""
+    path.chmod(0o555)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != path and real_access(p, mode))
+
+
+def test_a_preset_under_a_file_or_a_read_only_folder_is_named_as_given(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(NotADirectoryError, match=f"preset_dir='{tmp_path / 'file' / 'p'}'.*is a file"):
+        save_to_preset(small_model(), tmp_path / "file" / "p")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    read_only(locked, monkeypatch)
+    try:
+        with pytest.raises(PermissionError, match=f"preset_dir='{locked / 'p'}': {locked} is not writable"):
+            save_to_preset(small_model(), locked / "p")
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o755)

@@ -215,3 +215,16 @@ def test_a_read_only_folder_is_refused_before_any_work(small_npz, tmp_path, monk
         assert list(run.iterdir()) == []
     finally:
         run.chmod(0o755)
+
+
+
+@pytest.mark.parametrize("content, holds", [
+    ("[1, 2]", "holds a JSON list, not a recipe"),
+    ("{\"a\": " * 100_000 + "1" + "}" * 100_000, "cannot be read .JSON nested too deeply"),
+])
+def test_a_run_config_that_is_not_a_recipe_is_named(tmp_path, content, holds):
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    run.config_file.write_text(content)
+    with pytest.raises(ValueError, match=f"{holds}.*Received: run_dir='{run.path}'"):
+        run.read_config()

@@ -67,6 +67,7 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     _, accuracy = model.evaluate(ArrayBatches(images, labels, batch_size=20), verbose=0)
     assert accuracy == pytest.approx(metadata["metrics"]["eval_accuracy"], abs=1e-6)
     assert metadata["recipe"]["epochs"] == 3 and metadata["dataset"] == small_npz
+    assert metadata["training_run"] == ".."  # the run, seen from its preset: never a path of this machine
 
 
 def test_finished_runs_are_not_overwritten(small_npz, tmp_path):

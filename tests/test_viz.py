@@ -1,5 +1,6 @@
 """The attention figures: panels per layer/head, centers drawn where the layers put them, files written."""
 
+import keras
 import matplotlib
 import numpy as np
 import pytest
@@ -88,3 +89,29 @@ def test_a_preset_is_plotted_like_its_run(tmp_path):
     assert sorted(from_run) == sorted(from_preset) == ["attention_centers", "attention_maps"]
     np.testing.assert_array_equal(from_run["attention_maps"].axes[0].images[0].get_array(),
                                   from_preset["attention_maps"].axes[0].images[0].get_array())
+
+
+def test_a_windowed_models_maps_place_each_windows_keys_on_the_image_grid():
+    from keras_attnconv.analysis import attention_probabilities
+    from keras_attnconv.layers.encoder import encoder_blocks
+
+    model = build_model("absolute_learned_local_tiny", seed=0, **{**SMALL, "image_size": 24})  # 12x12 grid, 7x7 window
+    image = np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)
+    maps = attention_probabilities(model, image)
+    assert [m.shape for m in maps] == [(9, 144, 144)] * 2
+    block = encoder_blocks(model)[0]
+    x = keras.Model(model.inputs, block.input)(image[None])
+    window, key_indices = (ops.convert_to_numpy(s) for s in block.attention(x, return_attention_scores=True)[1])
+    query = 5 * 12 + 6
+    np.testing.assert_allclose(maps[0][:, query, key_indices[query]], window[0, :, query], atol=1e-7)
+    outside = np.setdiff1d(np.arange(144), key_indices[query])
+    assert (maps[0][:, query, outside] == 0).all() and np.allclose(maps[0].sum(-1), 1, atol=1e-5)
+    figure = viz.plot_attention_maps(model, image, query=(5, 6))
+    drawn = figure.axes[0].images[0].get_array()
+    assert drawn.shape == (12, 12) and np.count_nonzero(drawn) == 49  # the 7x7 window around the query
+
+
+def test_run_figures_of_a_model_with_nothing_to_draw_say_so(tmp_path):
+    model = build_model("resnet_tiny", seed=0)
+    with pytest.raises(ValueError, match=f"Nothing to draw for {tmp_path / 'run'}: .*it has no attention heads"):
+        viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))

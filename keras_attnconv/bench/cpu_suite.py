@@ -18,7 +18,6 @@ backend. Times on a shared machine are noisy: compare the ratios, not the
 absolute numbers, and only between rows of the same run.
 """
 
-import os
 
 import keras
 import numpy as np
@@ -35,7 +34,7 @@ from keras_attnconv.bench.measure import (
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
-from keras_attnconv.utils import machine, write_atomically, write_json
+from keras_attnconv.utils import machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
@@ -207,8 +206,7 @@ def run_benchmark(quick=False, output="bench.json", **overrides):
         "model_memory": model_memory_benchmark(**settings),
         "formats": format_benchmark(**settings),
     }
-    write_json(output, results)
-    write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(markdown_tables(results) + "\n"))
+    write_report(output, results, markdown_tables(results))
     return results
 
 

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.bench.measure import interleaved, random_images
-from keras_attnconv.utils import machine, write_atomically, write_json
+from keras_attnconv.utils import machine, write_report
 
 RUNTIMES = ("keras", "saved_model", "onnx", "litert")
 SMALL_BATCH, LARGE_BATCH = 1, 64
@@ -141,7 +141,5 @@ def run_format_benchmark(quick=False, output="bench-formats.json", **overrides):
     results = {"machine": machine(),
                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
                "formats": format_benchmark(**settings)}
-    write_json(output, results)
-    write_atomically(os.path.splitext(output)[0] + ".md",
-                     lambda tmp: tmp.write_text(formats_markdown(results["formats"], settings["repeats"]) + "\n"))
+    write_report(output, results, formats_markdown(results["formats"], settings["repeats"]))
     return results

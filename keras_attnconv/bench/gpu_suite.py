@@ -24,7 +24,6 @@ Runs without TensorFlow (`KERAS_BACKEND=jax`), the way the GPU machine has it.
 """
 
 import json
-import os
 
 import keras
 import numpy as np
@@ -43,7 +42,7 @@ from keras_attnconv.callbacks import Throughput
 from keras_attnconv.models import build_model
 from keras_attnconv.models.attention_classifier import with_attention_options
 from keras_attnconv.models.flops import count_flops
-from keras_attnconv.utils import write_atomically, write_json
+from keras_attnconv.utils import report_paths, write_report
 
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
             "precisions": PRECISIONS, "paths_of": "quadratic",
@@ -132,7 +131,7 @@ def _case_key(case):
 def _previous_results(output, settings):
     """The results already in `output` from a run with the same settings (to go on from), else None."""
     try:
-        with open(output) as f:
+        with open(report_paths(output)[0]) as f:
             previous = json.load(f)
     except (OSError, ValueError):
         return None
@@ -169,8 +168,7 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
 
 
 def _write(results, output):
-    write_json(output, results)
-    write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(gpu_markdown(results) + "\n"))
+    write_report(output, results, gpu_markdown(results))
 
 
 def gpu_markdown(results):

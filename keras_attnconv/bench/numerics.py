@@ -31,7 +31,7 @@ from keras_attnconv.callbacks import csv_history
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.precision import PRECISIONS
 from keras_attnconv.run_directory import RunDirectory
-from keras_attnconv.utils import write_atomically, write_json
+from keras_attnconv.utils import write_report
 
 NUMERICS_FULL = {"recipe": "training/recipes/quick.toml", "epochs": None, "sizes": (32, 64), "batch": 8,
                  "hidden": 400, "heads": 9, "alpha": 1e4, "accuracy_points": 2.0}
@@ -148,8 +148,7 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
                "large_grids": large_grids(**settings), "far_centers": far_centers(**settings),
                "training": training_agreement(**settings, run_dir=run_dir)}
     results["ok"] = all(row["ok"] for part in ("large_grids", "far_centers", "training") for row in results[part])
-    write_json(output, results)
-    write_atomically(os.path.splitext(output)[0] + ".md", lambda tmp: tmp.write_text(numerics_markdown(results)))
+    write_report(output, results, numerics_markdown(results))
     return results
 
 
