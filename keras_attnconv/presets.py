@@ -35,7 +35,7 @@ from keras_attnconv.models import ImageClassifier
 from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, write_mark
 from keras_attnconv.run_directory import RunDirectory
 from keras_attnconv.staging import exchange, new_staging, remove, remove_stale_staging
-from keras_attnconv.utils import check_bool, check_free_space, check_path, check_writable, read_json
+from keras_attnconv.utils import check_bool, check_free_space, check_path, check_writable, read_json, read_json_object
 from keras_attnconv.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -166,15 +166,7 @@ def is_preset(path):
 
 def _read_json_object(path, preset):
     """A preset's JSON file, which holds an object (a dict)."""
-    try:
-        value = read_json(path)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"The preset {str(preset)!r} has an unreadable {path.name} ({error}). "
-                         f"Received: preset={str(preset)!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"The preset {str(preset)!r} has a {path.name} that holds a JSON {type(value).__name__}, "
-                         f"not an object. Received: preset={str(preset)!r}")
-    return value
+    return read_json_object(path, f"the preset is damaged. Received: preset={str(preset)!r}")
 
 
 def load_preset_metadata(preset):

@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
-from keras_attnconv.utils import check_path, check_writable, file_lock, read_json, write_json
+from keras_attnconv.utils import check_path, check_writable, file_lock, read_json_object, write_json
 
 
 class RunInUseError(RuntimeError):
@@ -149,15 +149,8 @@ class RunDirectory:
         """The run's ``config.json`` (None if there is none), a damaged one being an error naming it."""
         if not self.config_file.exists():
             return None
-        try:
-            config = read_json(self.config_file)
-        except (OSError, ValueError) as error:
-            raise ValueError(f"{self.config_file} cannot be read ({error}): the run directory was damaged. Pass "
-                             f"another --run-dir. Received: run_dir={str(self.path)!r}") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"{self.config_file} holds a JSON {type(config).__name__}, not a recipe: the run "
-                             f"directory was damaged. Pass another --run-dir. Received: run_dir={str(self.path)!r}")
-        return config
+        return read_json_object(self.config_file, "the run directory was damaged. Pass another --run-dir. "
+                                                  f"Received: run_dir={str(self.path)!r}")
 
     def path_from_preset(self):
         """Where the run is, seen from its preset (what the preset's metadata records: never an absolute path)."""

@@ -141,6 +141,20 @@ def read_json(path):
         raise ValueError("JSON nested too deeply to read") from None
 
 
+def read_json_object(path, context):
+    """The JSON object (a dict) in the file `path`; anything else is one ValueError naming the file, then `context`.
+
+    `context` says whose file it is and what was received (``"Received: preset='p'"``).
+    """
+    try:
+        value = read_json(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path} cannot be read ({error}): {context}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not an object: {context}")
+    return value
+
+
 def report_paths(output):
     """The JSON and markdown files of a report written to `output`: ``(X.json, X.md)`` whichever of them is given.
 

@@ -153,7 +153,7 @@ def test_a_sigkill_at_any_moment_leaves_a_whole_preset_or_none(tmp_path):
 
 @pytest.mark.parametrize("damage, error, message", [
     (lambda p: (p / "model.weights.h5").unlink(), FileNotFoundError, "lacks model.weights.h5"),
-    (lambda p: (p / "config.json").write_text("{"), ValueError, "unreadable config.json"),
+    (lambda p: (p / "config.json").write_text("{"), ValueError, "config.json cannot be read"),
     (lambda p: (p / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40), ValueError,
      "weights of the preset .* cannot be loaded"),
     (lambda p: (p / "config.json").write_text(json.dumps(
@@ -311,7 +311,7 @@ def test_a_preset_whose_files_disagree_is_an_error_naming_what_disagrees(tmp_pat
 
 @pytest.mark.parametrize("content, holds", [
     ("[1, 2]", "holds a JSON list, not an object"),
-    ("[" * 100_000 + "]" * 100_000, "unreadable metadata.json .JSON nested too deeply"),
+    ("[" * 100_000 + "]" * 100_000, "metadata.json cannot be read .JSON nested too deeply"),
 ])
 def test_a_metadata_file_that_is_not_an_object_is_named(tmp_path, content, holds):
     path = save_to_preset(small_model(), tmp_path / "p")

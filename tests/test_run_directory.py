@@ -219,7 +219,7 @@ def test_a_read_only_folder_is_refused_before_any_work(small_npz, tmp_path, monk
 
 
 @pytest.mark.parametrize("content, holds", [
-    ("[1, 2]", "holds a JSON list, not a recipe"),
+    ("[1, 2]", "holds a JSON list, not an object"),
     ("{\"a\": " * 100_000 + "1" + "}" * 100_000, "cannot be read .JSON nested too deeply"),
 ])
 def test_a_run_config_that_is_not_a_recipe_is_named(tmp_path, content, holds):
