@@ -25,7 +25,7 @@ def test_models_without_centers_are_named():
 
 def test_centers_history_records_each_epoch_and_survives_a_restart(tmp_path):
     model = build_model("quadratic_tiny", seed=0, **SMALL)
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    model.compile(optimizer="sgd")  # the default loss: from logits
     x, y = np.random.default_rng(0).integers(0, 256, (4, 12, 12, 3), dtype=np.uint8), np.arange(4)
     history = analysis.AttentionCentersHistory(tmp_path / "centers.npz")
     model.fit(x, y, epochs=2, verbose=0, callbacks=[history])
