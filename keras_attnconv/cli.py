@@ -26,14 +26,20 @@ def _describe_default(field):
     return repr(field.default)
 
 
-def _parse_value(text):
-    """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings; none is None."""
+def _parse_value(text, textual=False):
+    """A command-line value as a TOML literal (3, 0.1, true, "x", {a = 1}); bare words stay strings; none is None.
+
+    A `textual` field's value (a name, a path) is the text as given: a run
+    directory named 2024, nan or true is a name, not a number or a boolean.
+    """
     from keras_attnconv.recipe import toml_module
     from keras_attnconv.utils import none_word
 
     tomllib = toml_module()
     if none_word(text) is None:
         return None
+    if textual:
+        return text
     try:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
@@ -46,8 +52,8 @@ def _train(args):
 
     from keras_attnconv.recipe import TrainConfig, load_recipe
 
-    overrides = {f.name: _parse_value(getattr(args, f.name)) for f in dataclasses.fields(TrainConfig)
-                 if getattr(args, f.name) is not None}
+    overrides = {f.name: _parse_value(getattr(args, f.name), textual=f.type in (str, "str", "str | None"))
+                 for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
     if not sys.stdout.isatty():
         overrides.setdefault("verbose", 2)  # a log file gets one line per epoch, not progress-bar redraws
     if args.recipe:

@@ -286,3 +286,15 @@ def test_compare_takes_epochs_0_as_given_not_as_absent(tmp_path, capsys):
                      "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
     assert "Received: epochs=0" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
+
+
+@pytest.mark.parametrize("text", ["nan", "2024", "true", "inf", "1e3"])
+def test_a_name_or_path_on_the_command_line_is_the_text_given(tmp_path, monkeypatch, text):
+    # TOML would read these as numbers or booleans: a run directory, a name or a dataset path is text.
+    from keras_attnconv import workflow
+
+    given = {}
+    monkeypatch.setattr(workflow, "train_and_export", lambda config: given.setdefault("config", config) and {})
+    assert cli.main(["train", "--run-dir", text, "--name", text, "--export-dir", text, "--epochs", "3"]) == 0
+    config = given["config"]
+    assert (config.run_dir, config.name, config.export_dir, config.epochs) == (text, text, text, 3)
