@@ -37,21 +37,27 @@ _EXPORTS = {
     "SirenScore": "keras_attnconv.layers",
     "TransformerEncoderBlock": "keras_attnconv.layers",
     "build_model": "keras_attnconv.models",
+    "compile_for_fine_tuning": "keras_attnconv.pruning",
+    "count_flops": "keras_attnconv.models",
     "from_preset": "keras_attnconv.presets",
     "get_model_config": "keras_attnconv.models",
     "get_paper_figures": "keras_attnconv.models",
     "list_models": "keras_attnconv.models",
+    "prune_degenerate_heads": "keras_attnconv.pruning",
     "save_to_preset": "keras_attnconv.presets",
+    "with_attention_options": "keras_attnconv.models",
 }
-_SUBMODULES = ("layers", "models", "optim")
+_SUBMODULES = ("layers", "models", "optim")  # those that register Keras classes
+# Modules the README names as `keras_attnconv.<module>.<name>`, reachable after `import keras_attnconv`.
+_PUBLIC_MODULES = (*_SUBMODULES, "analysis", "conversion", "export", "pruning", "viz")
 
-__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
+__all__ = sorted([*_EXPORTS, *_PUBLIC_MODULES, "__version__"])
 
 
 def __getattr__(name):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _SUBMODULES:
+    elif name in _PUBLIC_MODULES:
         value = importlib.import_module(f"keras_attnconv.{name}")
     else:
         raise AttributeError(f"module 'keras_attnconv' has no attribute {name!r}")

@@ -38,3 +38,20 @@ def test_the_package_and_readme_spell_each_concept_one_way():
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if OTHER_SPELLINGS.search(line) and path != Path(__file__)]
     assert not found, "\n".join(found)
+
+
+def test_every_function_the_readme_names_is_reachable_after_importing_the_package():
+    # `name(` for a function of the package, `keras_attnconv.module.name` for one in a module.
+    import keras_attnconv
+
+    text = README.read_text()
+    for name in ("prune_degenerate_heads", "with_attention_options", "count_flops", "compile_for_fine_tuning",
+                 "build_model", "from_preset", "save_to_preset"):
+        assert f"`{name}(" in text or f"`{name}`" in text, name  # the README still names it
+        assert callable(getattr(keras_attnconv, name)), name
+    # (Not a file name such as `.keras_attnconv.json`, nor a module run with `python -m`.)
+    for path in sorted(set(re.findall(r"(?<![.\w])(?<!-m )keras_attnconv\.((?:[a-z_]+\.)*[A-Za-z_]\w*)", text))):
+        value = keras_attnconv
+        for part in path.split("."):
+            value = getattr(value, part)  # an AttributeError names what the README promises and lacks
+    from keras_attnconv.models import with_attention_options  # noqa: F401 (the issue's failing import)

@@ -1,6 +1,11 @@
 """The model zoo: the paper's attention classifiers and ResNet baselines, one `keras.Model` class per family."""
 
-from keras_attnconv.models.attention_classifier import AttentionClassifier, AttentionClassifierConfig
+from keras_attnconv.models.attention_classifier import (
+    AttentionClassifier,
+    AttentionClassifierConfig,
+    with_attention_options,
+)
+from keras_attnconv.models.flops import count_flops
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.registry import (
     PaperFigures,
@@ -20,9 +25,11 @@ __all__ = [
     "ResNet",
     "ResNetConfig",
     "build_model",
+    "count_flops",
     "get_model_config",
     "get_paper_figures",
     "list_models",
+    "with_attention_options",
 ]
 
 
