@@ -32,8 +32,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.models import ImageClassifier
-from keras_attnconv.ownership import ForeignDirectoryError, check_owned, mark_of, write_mark
-from keras_attnconv.run_directory import RunDirectory
+from keras_attnconv.ownership import KINDS, ForeignDirectoryError, check_owned, mark_of, write_mark
 from keras_attnconv.staging import exchange, new_staging, remove, remove_stale_staging
 from keras_attnconv.utils import check_bool, check_free_space, check_path, check_writable, read_json, read_json_object
 from keras_attnconv.version import __version__
@@ -180,10 +179,12 @@ def _check_preset(preset):
     path = Path(preset)
     if not path.is_dir():
         raise FileNotFoundError(f"No preset directory at {str(preset)!r}. Received: preset={str(preset)!r}")
-    run = RunDirectory(path)
-    if run.is_ours() and is_preset(run.preset_dir):  # the run's best model is its preset, one level down
-        raise FileNotFoundError(f"{str(preset)!r} is a training run, not a preset: its preset is "
-                                f"{str(run.preset_dir)!r}. Received: preset={str(preset)!r}")
+    kind = mark_of(path)
+    if kind not in (None, KIND):  # e.g. a training run, whose best model is a preset one level down
+        inner = [str(child) for child in sorted(path.iterdir()) if child.is_dir() and mark_of(child) == KIND]
+        where = f": its preset is {inner[0]!r}" if len(inner) == 1 else ""
+        raise FileNotFoundError(f"{str(preset)!r} is {KINDS[kind]}, not a preset{where}. "
+                                f"Received: preset={str(preset)!r}")
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE) if not (path / name).is_file()]
     if missing:
         raise FileNotFoundError(f"{str(preset)!r} is not a preset: it lacks {', '.join(missing)}. "

@@ -325,7 +325,7 @@ def test_a_run_given_as_a_preset_points_to_its_preset(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.claim()
     save_to_preset(small_model(), run.preset_dir)
-    with pytest.raises(FileNotFoundError, match=f"'{run.path}' is a training run, not a preset: its preset is "
+    with pytest.raises(FileNotFoundError, match=f"'{run.path}' is a training run directory, not a preset: its preset is "
                                                 f"'{run.preset_dir}'"):
         from_preset(run.path)
 
