@@ -478,7 +478,7 @@ def test_export_all_paper_configurations(tmp_path):
 
 @pytest.mark.parametrize("format", ["litert", "onnx", "saved_model"])
 def test_an_export_its_runtime_cannot_run_is_refused_and_nothing_is_published(tmp_path, format, monkeypatch):
-    def refuse(path, images):
+    def refuse(path):  # the runtime's loader, refusing the file
         raise ValueError("Tensor 52 is invalidly specified in schema.")
 
     module, _ = export.RUNTIMES[format]

@@ -12,7 +12,6 @@ Needs the TensorFlow backend (every format is traced by TensorFlow) and the
 section says why it is empty.
 """
 
-import os
 import tempfile
 
 import keras
@@ -38,41 +37,19 @@ def _keras(model, _):
     return lambda x: _softmax(model.predict_on_batch(x))
 
 
-def _saved_model(_, path):
-    import tensorflow as tf
+def _exported(format):
+    """The loader of an export in its runtime (the one the export itself is checked with), giving probabilities."""
 
-    served = tf.saved_model.load(str(path)).signatures["serving_default"]
-    return lambda x: served(images=tf.constant(x))["probabilities"].numpy()
+    def load(_, path):
+        from keras_attnconv.export import load_in_runtime
 
+        run = load_in_runtime(format, path)
+        return run if format == "saved_model" else lambda x: _softmax(run(x))  # ONNX and LiteRT give logits
 
-def _onnx(_, path):
-    import onnxruntime
-
-    session = onnxruntime.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"])
-    return lambda x: _softmax(session.run(["logits"], {"images": x})[0])
+    return load
 
 
-def _litert(_, path):
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreters = {}  # one per batch size: resizing reallocates every tensor
-
-    def run(x):
-        if len(x) not in interpreters:
-            interpreter = Interpreter(str(path / "model.tflite"), num_threads=os.cpu_count())
-            index = interpreter.get_input_details()[0]["index"]
-            interpreter.resize_tensor_input(index, x.shape)
-            interpreter.allocate_tensors()
-            interpreters[len(x)] = (interpreter, index, interpreter.get_output_details()[0]["index"])
-        interpreter, index, output = interpreters[len(x)]
-        interpreter.set_tensor(index, x)
-        interpreter.invoke()
-        return _softmax(interpreter.get_tensor(output))
-
-    return run
-
-
-_LOADERS = {"keras": _keras, "saved_model": _saved_model, "onnx": _onnx, "litert": _litert}
+_LOADERS = {"keras": _keras, **{format: _exported(format) for format in RUNTIMES[1:]}}
 
 
 def unavailable():
