@@ -18,6 +18,16 @@ def _list(args):
     return 0
 
 
+def _recipes(args):
+    from keras_attnconv.training.recipe import RECIPES_DIR, recipe_rows
+
+    print("| recipe | model | dataset | epochs | paper |\n|---|---|---|---|---|")
+    for row in recipe_rows():
+        print("| {recipe} | `{model}` | {dataset} | {epochs} | {paper} |".format(**row))
+    print(f"\nattnconv train --recipe NAME trains one; the files are in {RECIPES_DIR}.")
+    return 0
+
+
 def _describe_default(field):
     import dataclasses
 
@@ -32,8 +42,8 @@ def _parse_value(text, textual=False):
     A `textual` field's value (a name, a path) is the text as given: a run
     directory named 2024, nan or true is a name, not a number or a boolean.
     """
-    from keras_attnconv.recipe import toml_module
-    from keras_attnconv.utils import none_word
+    from keras_attnconv.training.recipe import toml_module
+    from keras_attnconv.utils.checks import none_word
 
     tomllib = toml_module()
     if none_word(text) is None:
@@ -50,7 +60,7 @@ def _train(args):
     import dataclasses
     import json
 
-    from keras_attnconv.recipe import TrainConfig, load_recipe
+    from keras_attnconv.training.recipe import TrainConfig, load_recipe
 
     overrides = {f.name: _parse_value(getattr(args, f.name), textual=f.type in (str, "str", "str | None"))
                  for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
@@ -61,7 +71,7 @@ def _train(args):
     else:
         config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
                                        source="command-line")
-    from keras_attnconv.workflow import train_and_export  # after the checks: this loads Keras
+    from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)
     summary = {k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
@@ -71,8 +81,9 @@ def _train(args):
 
 
 def _export(args):
-    from keras_attnconv.export import export_registered, export_source, paper_configurations
-    from keras_attnconv.utils import none_word
+    from keras_attnconv.export.exporter import export_registered, paper_configurations
+    from keras_attnconv.training.workflow import export_source
+    from keras_attnconv.utils.checks import none_word
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
     if sum(value is not None for value in given.values()) != 1:
@@ -95,8 +106,8 @@ def _export(args):
 
 
 def _serve(args):
-    from keras_attnconv.export import set_served_version
-    from keras_attnconv.utils import none_word
+    from keras_attnconv.export.exporter import set_served_version
+    from keras_attnconv.utils.checks import none_word
 
     path = set_served_version(none_word(args.export_dir), args.name, args.version)
     print(f"{path}: {args.name} serves version {args.version}")
@@ -109,9 +120,9 @@ def _plot(args):
     import matplotlib
 
     matplotlib.use("Agg")
-    from keras_attnconv.run_directory import RunDirectory
-    from keras_attnconv.utils import check_writable
-    from keras_attnconv.viz import run_figures
+    from keras_attnconv.training.run_directory import RunDirectory
+    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.training.figures import run_figures
 
     run = RunDirectory(args.source)
     default = run.figures_dir if run.is_ours() else Path("figures")
@@ -126,7 +137,7 @@ def _plot(args):
 
 
 def _convert(args):
-    from keras_attnconv.conversion import measure_conversion
+    from keras_attnconv.analysis.conversion import measure_conversion
 
     measured = measure_conversion(args.filters, args.kernel_size, strides=args.strides, padding=args.padding,
                                   dilation=args.dilation, size=args.size, channels=args.channels, seed=args.seed)
@@ -140,17 +151,19 @@ def _convert(args):
 
 def _bench(args):
     from keras_attnconv import bench
-
-    from keras_attnconv.utils import check_writable, report_paths
+    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
                 "formats": "bench-formats.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     for path in report_paths(output):  # before the benchmark, not after it
         check_writable(path, "output", file=True)
-    if args.suite == "numerics":
-        results = bench.run_numerics(quick=args.quick, output=output, command=args.command_line)
-        print(bench.numerics_markdown(results))
+    if args.suite == "numerics":  # it trains: the application's, not the benchmarks'
+        from keras_attnconv.training import numerics
+
+        results = numerics.run_numerics(quick=args.quick, output=output, command=args.command_line)
+        print(numerics.numerics_markdown(results))
         if not results["ok"]:
             raise RuntimeError(f"a numerics check failed: see {report_paths(output)[0]}")
     elif args.suite == "gpu":
@@ -166,8 +179,8 @@ def _bench(args):
 
 
 def _compare(args):
-    from keras_attnconv.comparison import ENCODINGS, compare_models, markdown_table
-    from keras_attnconv.utils import report_paths
+    from keras_attnconv.training.comparison import ENCODINGS, compare_models, markdown_table
+    from keras_attnconv.utils.reports import report_paths
 
     overrides = {"verbose": 0, "runs_dir": args.runs_dir}
     if args.epochs is not None:  # --epochs 0 is a value to check, not an absent one
@@ -202,13 +215,17 @@ def build_parser():
 
     import dataclasses
 
-    from keras_attnconv.recipe import TrainConfig
+    from keras_attnconv.training.recipe import TrainConfig
 
-    training = add("train", help="train a model from a recipe (training/recipes/*.toml); resumes an interrupted run",
+    recipes = add("recipes", help="the package's recipes (the paper's configurations) with their paper rows")
+    recipes.set_defaults(handler=_recipes)
+
+    training = add("train", help="train a model from a recipe (attnconv recipes lists them); resumes an interrupted run",
         description="Train a configuration. Every recipe field can be overridden: --epochs 3, "
                     "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
     )
-    training.add_argument("--recipe", help="recipe TOML file (default: Table 2 values)")
+    training.add_argument("--recipe", help="a recipe's name (attnconv recipes) or a TOML file (default: Table 2 "
+                                           "values)")
     for field in dataclasses.fields(TrainConfig):
         training.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, metavar="VALUE",
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
@@ -266,7 +283,7 @@ def build_parser():
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
-    comparing.add_argument("--recipe", default="training/recipes/quick.toml", help="recipe TOML (default: quick)")
+    comparing.add_argument("--recipe", default="quick", help="a recipe's name or a TOML file (default: quick)")
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
     comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
@@ -313,7 +330,7 @@ def main(argv=None):
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
-    from keras_attnconv.console import native_log_filter
+    from keras_attnconv.utils.console import native_log_filter
 
     try:
         with contextlib.nullcontext() if args.debug else native_log_filter():

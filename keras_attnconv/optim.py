@@ -11,8 +11,10 @@ import math
 import keras
 from keras import ops
 
-from keras_attnconv.recipe import SCHEDULES
-from keras_attnconv.utils import check_choice
+from keras_attnconv.utils.checks import check_choice
+
+# How the learning rate follows its warm-up + cosine (`run_schedule`).
+SCHEDULES = ("official", "per_step")
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -149,8 +151,3 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
                        "no_decay_names": list(self.no_decay_names)})
         return config
 
-
-# Keras may have been imported while this module was (the package registers its classes then): finish that.
-import keras_attnconv  # noqa: E402
-
-keras_attnconv._finish_registration("optim")

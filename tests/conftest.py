@@ -36,7 +36,7 @@ def mixed_policy(request):
 @pytest.fixture(scope="session")
 def small_npz(tmp_path_factory):
     """200 real CIFAR-10 images at 8x8 (center crop) in train/test splits, as a dataset .npz path."""
-    from keras_attnconv.data import load_arrays
+    from keras_attnconv.training.data import load_arrays
 
     x, y = load_arrays("cifar10_sample", "train")
     path = tmp_path_factory.mktemp("data") / "small.npz"

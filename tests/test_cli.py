@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from keras_attnconv import cli
-from keras_attnconv.ownership import MARKER
+from keras_attnconv.utils.ownership import MARKER
 
 
 def run_cli(*args, **env):
@@ -33,15 +33,22 @@ def test_no_command_prints_help_and_fails(capsys):
     assert "usage: attnconv" in capsys.readouterr().out
 
 
-def test_help_and_argument_checks_load_no_framework():
-    # What keeps `attnconv --help` and a rejected flag instant: neither imports Keras or TensorFlow.
+def test_help_and_argument_checks_load_no_subcommands_work():
+    # `attnconv` imports what a subcommand works with only when it runs: --help and a rejected flag load the
+    # library (`import keras_attnconv` registers its Keras classes) and the commands' settings, not the
+    # benchmarks, figures, comparisons, data loaders, nor TF Serving's, TFDS's or ONNX's packages.
     script = ("import sys; from keras_attnconv import cli\n"
               "assert cli.main(['train', '--jit-compile', 'maybe']) == 2\n"
               "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tensorflow', 'jax')))")
+              "print(sorted(sys.modules))")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    loaded = eval(result.stdout.strip().splitlines()[-1])
+    assert "keras_attnconv.layers" in loaded and "keras_attnconv.training.recipe" in loaded
+    work = ("keras_attnconv.bench", "keras_attnconv.training.figures", "keras_attnconv.analysis.viz",
+            "keras_attnconv.training.comparison", "keras_attnconv.training.numerics", "keras_attnconv.training.data",
+            "keras_attnconv.training.input_pipeline", "tensorflow_serving", "tensorflow_datasets", "onnx", "tf2onnx")
+    assert [m for m in loaded if m.split(".")[0] in work or m.startswith(work)] == []
     assert "usage: attnconv" in result.stdout
 
 
@@ -92,7 +99,7 @@ def test_no_native_start_up_noise_on_a_cpu_machine():
 
 
 def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
-    from keras_attnconv.console import native_log_filter
+    from keras_attnconv.utils.console import native_log_filter
 
     with native_log_filter():
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
@@ -112,7 +119,7 @@ def test_console_script_help():
 
 def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
     from keras_attnconv import build_model, save_to_preset
-    from keras_attnconv.run_directory import RunDirectory
+    from keras_attnconv.training.run_directory import RunDirectory
 
     run = tmp_path / "run"
     RunDirectory(run).claim()  # a run directory of the package: its figures go into it
@@ -259,13 +266,14 @@ def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(tmp_path
 
 
 def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
-    from keras_attnconv import bench, build_model, save_to_preset, viz
+    from keras_attnconv import bench, build_model, save_to_preset
+    from keras_attnconv.training import figures
 
     def no_work(*args, **kwargs):
         raise AssertionError("work began before the output was checked")
 
     monkeypatch.setattr(bench, "run_benchmark", no_work)
-    monkeypatch.setattr(viz, "run_figures", no_work)
+    monkeypatch.setattr(figures, "run_figures", no_work)
     preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
                             tmp_path / "preset")
     (tmp_path / "file").write_text("mine")
@@ -291,7 +299,7 @@ def test_compare_takes_epochs_0_as_given_not_as_absent(tmp_path, capsys):
 @pytest.mark.parametrize("text", ["nan", "2024", "true", "inf", "1e3"])
 def test_a_name_or_path_on_the_command_line_is_the_text_given(tmp_path, monkeypatch, text):
     # TOML would read these as numbers or booleans: a run directory, a name or a dataset path is text.
-    from keras_attnconv import workflow
+    from keras_attnconv.training import workflow
 
     given = {}
     monkeypatch.setattr(workflow, "train_and_export", lambda config: given.setdefault("config", config) and {})

@@ -5,8 +5,8 @@ import json
 import pytest
 from support import run_until_killed
 
-from keras_attnconv.comparison import compare_models
-from keras_attnconv.run_directory import RunDirectory
+from keras_attnconv.training.comparison import compare_models
+from keras_attnconv.training.run_directory import RunDirectory
 
 MODELS = ("quadratic_span_tiny", "absolute_sinusoid_tiny")
 
@@ -36,13 +36,13 @@ def test_every_model_is_trained_with_the_same_recipe(recipe, tmp_path):
 
 
 def test_a_comparison_run_again_takes_the_finished_runs_and_trains_the_rest(recipe, tmp_path, monkeypatch):
-    from keras_attnconv import training
+    from keras_attnconv.training import fit
 
     runs = str(tmp_path / "runs")
     first = compare_models(recipe, models=MODELS[:1], output=tmp_path / "first.json", runs_dir=runs)
     trained = []
-    real_train = training.train
-    monkeypatch.setattr(training, "train", lambda config: trained.append(config.model) or real_train(config))
+    real_train = fit.train
+    monkeypatch.setattr(fit, "train", lambda config: trained.append(config.model) or real_train(config))
     again = compare_models(recipe, models=MODELS, output=tmp_path / "again.json", runs_dir=runs)
     assert trained == [MODELS[1]]  # the first model's finished run is read, not trained into compare-<model>-1
     assert again["rows"][0] == first["rows"][0]
@@ -63,10 +63,10 @@ def test_no_model_to_compare_is_an_error(recipe, tmp_path, models, message):
     ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
 ])
 def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, bad, message, monkeypatch):
-    from keras_attnconv import training
+    from keras_attnconv.training import fit
 
     (tmp_path / "file").write_text("")
-    monkeypatch.setattr(training, "train", lambda config: pytest.fail("trained before the checks"))
+    monkeypatch.setattr(fit, "train", lambda config: pytest.fail("trained before the checks"))
     output = tmp_path / bad.pop("output", "c.json")
     with pytest.raises((ValueError, OSError), match=message):
         compare_models(recipe, models=MODELS, output=output, runs_dir=str(tmp_path / "runs"), **bad)
@@ -76,7 +76,9 @@ def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, b
 def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypatch):
     """The checks before training load each split once and compute the statistics once, not once per model, and
     still check every model."""
-    from keras_attnconv import data, models, training
+    from keras_attnconv.training import data
+    from keras_attnconv import models
+    from keras_attnconv.training import fit
 
     class Checked(Exception):
         pass
@@ -99,7 +101,7 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
     monkeypatch.setattr(data, "load_arrays", recording_load_arrays)
     monkeypatch.setattr(data, "_channel_statistics", lambda images: computed.append(images.shape) or statistics(images))
     monkeypatch.setattr(models, "get_model_config", recording_get_model_config)
-    monkeypatch.setattr(training, "train", stop_at_training)
+    monkeypatch.setattr(fit, "train", stop_at_training)
     with pytest.raises(Checked):
         compare_models(recipe, models=MODELS, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
     assert sorted(loaded) == ["test", "train"]
@@ -108,7 +110,7 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
 
 
 def test_the_table_sets_each_local_model_beside_its_global_twin():
-    from keras_attnconv.comparison import markdown_table
+    from keras_attnconv.training.comparison import markdown_table
 
     def row(model, accuracy, speed):
         return {"model": model, "description": model, "trainable_parameters": 1000, "eval_accuracy": accuracy,
@@ -124,8 +126,8 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
 
 
 KILLED_COMPARISON = """
-from keras_attnconv import run_directory
-from keras_attnconv.comparison import compare_models
+from keras_attnconv.training import run_directory
+from keras_attnconv.training.comparison import compare_models
 
 die_before(run_directory.RunDirectory, 'write_metrics')  # after the last backup and the preset
 compare_models({recipe!r}, models={models!r}, output={output!r}, runs_dir={runs!r})
@@ -146,7 +148,7 @@ def test_a_run_killed_before_its_metrics_keeps_its_images_per_second_and_the_com
 
 
 def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
-    from keras_attnconv.comparison import markdown_table
+    from keras_attnconv.training.comparison import markdown_table
 
     rows = [{"model": name, "description": name, "trainable_parameters": 1000, "eval_accuracy": 0.25,
              "best_val_accuracy": None, "train_images_per_second": None, "wall_seconds": 60}

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from keras import ops
 
-from keras_attnconv.conversion import conv_to_attention, measure_conversion
+from keras_attnconv.analysis.conversion import conv_to_attention, measure_conversion
 from keras_attnconv.layers import ConvolutionAsAttention
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from keras_attnconv import data
+from keras_attnconv.training import data
 
 
 def first_batch(dataset):

@@ -22,8 +22,9 @@ import pytest
 from support import requires_tensorflow, served_config, tiny_model, tree_digest
 
 from keras_attnconv import build_model, export, save_to_preset
-from keras_attnconv.data import dataset_info
-from keras_attnconv.export_root import ExportRoot
+from keras_attnconv.export import exporter, formats
+from keras_attnconv.training.data import dataset_info
+from keras_attnconv.export.root import ExportRoot
 
 pytestmark = requires_tensorflow
 SMALL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -101,9 +102,9 @@ def test_warmup_requests_parse_and_run(exported):
 
     _, _, path = exported
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
-    records = list(tf.data.TFRecordDataset(str(path / "assets.extra" / export.WARMUP_FILE)).as_numpy_iterator())
-    assert len(records) == len(export.WARMUP_BATCH_SIZES)
-    for record, batch in zip(records, export.WARMUP_BATCH_SIZES):
+    records = list(tf.data.TFRecordDataset(str(path / "assets.extra" / formats.WARMUP_FILE)).as_numpy_iterator())
+    assert len(records) == len(formats.WARMUP_BATCH_SIZES)
+    for record, batch in zip(records, formats.WARMUP_BATCH_SIZES):
         log = prediction_log_pb2.PredictionLog.FromString(record)
         assert log.predict_log.request.model_spec.signature_name == "serving_default"
         pixels = tf.make_ndarray(log.predict_log.request.inputs["images"])
@@ -171,7 +172,7 @@ def test_an_interrupted_export_leaves_no_version(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("killed midway")
 
-    monkeypatch.setattr(export, "_write_warmup", crash)
+    monkeypatch.setattr(formats, "_write_warmup", crash)
     with pytest.raises(KeyboardInterrupt):
         export.export_model(model, tmp_path)
     assert list((tmp_path / "tiny").iterdir()) == []
@@ -195,7 +196,7 @@ def test_export_all_writes_each_registered_configuration_under_its_own_name(tmp_
     from keras_attnconv import cli
     from keras_attnconv.models import get_model_config
 
-    monkeypatch.setattr(export, "paper_configurations", lambda: ["quadratic_tiny", "resnet_tiny"])
+    monkeypatch.setattr(exporter, "paper_configurations", lambda: ["quadratic_tiny", "resnet_tiny"])
     assert cli.main(["export", "--all", "--export-dir", str(tmp_path)]) == 0
     for name in ("quadratic_tiny", "resnet_tiny"):
         metadata = metadata_of(tmp_path / name / "1")
@@ -375,14 +376,14 @@ def test_the_next_version_is_past_every_existing_one_even_an_empty_one(tmp_path)
 
 def test_an_explicit_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
     other = tmp_path / "tiny" / "5" / "saved_model.pb"
-    real_copy = export.float32_copy
+    real_copy = exporter.float32_copy
 
     def publish_version_5_meanwhile(*args):
         other.parent.mkdir(parents=True)
         other.write_text("another export")
         return real_copy(*args)
 
-    monkeypatch.setattr(export, "float32_copy", publish_version_5_meanwhile)
+    monkeypatch.setattr(exporter, "float32_copy", publish_version_5_meanwhile)
     with pytest.raises(FileExistsError, match="never overwritten.*version=5"):
         export.export_model(tiny_model(), tmp_path, version=5, warmup=False)
     assert other.read_text() == "another export"
@@ -416,7 +417,7 @@ def forbid_work(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the export did work before checking that it could publish")
 
-    monkeypatch.setattr(export, "float32_copy", fail)
+    monkeypatch.setattr(exporter, "float32_copy", fail)
     monkeypatch.setattr("keras_attnconv.models.build_model", fail)
 
 

@@ -19,7 +19,8 @@ import pytest
 from support import requires_tensorflow
 
 from keras_attnconv import build_model, export, from_preset, save_to_preset
-from keras_attnconv.data import load_arrays
+from keras_attnconv.training import export_source
+from keras_attnconv.training.data import load_arrays
 
 pytestmark = requires_tensorflow
 
@@ -58,7 +59,7 @@ def exports(models, tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("exports")
     presets = {family: save_to_preset(model, root / "presets" / family) for family, model in models.items()}
-    return {fmt: {family: export.export_source(preset, root / fmt, format=fmt) for family, preset in presets.items()}
+    return {fmt: {family: export_source(preset, root / fmt, format=fmt) for family, preset in presets.items()}
             for fmt in export.FORMATS}
 
 

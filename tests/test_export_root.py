@@ -10,9 +10,9 @@ import pytest
 from support import requires_tensorflow, run_until_killed, served_config, snapshot, tiny_model
 
 from keras_attnconv import build_model, cli, export, save_to_preset
-from keras_attnconv.export_root import MAX_VERSION, ExportRoot
-from keras_attnconv.ownership import mark_of
-from keras_attnconv.run_directory import RunDirectory
+from keras_attnconv.export.root import MAX_VERSION, ExportRoot
+from keras_attnconv.utils.ownership import mark_of
+from keras_attnconv.training.run_directory import RunDirectory
 
 pytestmark = requires_tensorflow
 
@@ -167,7 +167,8 @@ def test_a_half_published_version_is_never_served_and_the_next_export_passes_it(
 
 KILLED_EXPORT = """
 from support import tiny_model
-from keras_attnconv import export, export_root
+from keras_attnconv import export
+from keras_attnconv.export import root as export_root
 export.export_model(tiny_model(), {root!r}, warmup=False)
 {kill}
 export.export_model(tiny_model(seed=1), {root!r}, warmup=False)

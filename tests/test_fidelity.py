@@ -7,19 +7,20 @@ normalisation constants.
 """
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from support import value_and_gradients
 
 import keras_attnconv
-from keras_attnconv.data import CIFAR100_MEAN, CIFAR100_STD, dataset_info, pixel_statistics
+from keras_attnconv.models.cifar import CIFAR100_MEAN, CIFAR100_STD
+from keras_attnconv.training.data import dataset_info, pixel_statistics
 from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS, QuadraticScore, RelativeMultiHeadAttention
 from keras_attnconv.optim import run_schedule
-from keras_attnconv.training import load_recipe, run_optimizer
+from keras_attnconv.training.recipe import RECIPES_DIR, load_recipe
+from keras_attnconv.training.fit import run_optimizer
 
-RECIPES = Path(__file__).parents[1] / "training" / "recipes"
+RECIPES = RECIPES_DIR
 PAPER_RECIPES = ("quadratic", "learned", "learned_content", "learned_content_official", "gaussian", "resnet18")
 CIFAR10_STEPS_PER_EPOCH = 50_000 // 100
 

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from keras_attnconv import data
-from keras_attnconv.input_pipeline import ArrayBatches, augment_batch
+from keras_attnconv.training import data
+from keras_attnconv.training.input_pipeline import ArrayBatches, augment_batch
 
 def batches(images, labels, **overrides):
     args = {"batch_size": 8, "augment": True, "shuffle": True, "seed": 3, "drop_remainder": True}

@@ -1,7 +1,6 @@
 """Specifications of the Table 2 optimisation: warm-up + cosine schedule, coupled L2 weight decay."""
 
 import math
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -10,6 +9,7 @@ from keras import ops
 
 import keras_attnconv
 from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
+from keras_attnconv.training.recipe import RECIPES_DIR
 
 
 def lr(schedule, step):
@@ -69,7 +69,7 @@ def test_optimizer_serializes_and_rejects_bad_values():
         CoupledWeightDecaySGD(weight_decay=-1)
 
 
-RECIPES = Path(__file__).parents[1] / "training" / "recipes"
+RECIPES = RECIPES_DIR
 
 
 def diagonal_gaussian_heads():
@@ -110,7 +110,8 @@ SPARED = {
 
 @pytest.mark.parametrize("kind", SPARED)
 def test_the_official_recipes_spare_exactly_the_centers_and_spreads_from_weight_decay(kind):
-    from keras_attnconv.training import load_recipe, run_optimizer
+    from keras_attnconv.training.recipe import load_recipe
+    from keras_attnconv.training.fit import run_optimizer
 
     recipe, weights_of, spared_names = SPARED[kind]
     config = load_recipe(RECIPES / f"{recipe}.toml")

@@ -4,8 +4,8 @@ import keras
 import pytest
 
 import keras_attnconv
-from keras_attnconv.precision import POLICY_NAMES, PRECISIONS, variable_dtype
-from keras_attnconv.recipe import TrainConfig
+from keras_attnconv.models.precision import POLICY_NAMES, PRECISIONS, variable_dtype
+from keras_attnconv.training.recipe import TrainConfig
 
 
 @pytest.mark.parametrize("name", POLICY_NAMES)

@@ -15,9 +15,9 @@ import pytest
 from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, from_preset, save_to_preset
-from keras_attnconv.ownership import MARKER, ForeignDirectoryError
-from keras_attnconv.presets import load_preset_metadata
-from keras_attnconv.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError
+from keras_attnconv.models.presets import load_preset_metadata
+from keras_attnconv.training.run_directory import RunDirectory
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
 CLASSES = ("cat", "dog", "owl")
@@ -225,7 +225,7 @@ def test_overwriting_through_a_symlink_replaces_the_preset_it_points_to(tmp_path
 
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_preset_is_published_only_once_its_metadata_is_written(tmp_path, monkeypatch, overwrite):
-    from keras_attnconv import presets
+    from keras_attnconv.models import presets
 
     if overwrite:
         save_to_preset(small_model(), tmp_path / "p")
@@ -245,7 +245,8 @@ def test_a_preset_is_published_only_once_its_metadata_is_written(tmp_path, monke
 
 
 KILLED_OVERWRITE = """
-from keras_attnconv import build_model, presets, save_to_preset
+from keras_attnconv import build_model, save_to_preset
+from keras_attnconv.models import presets
 save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}), {path!r})
 {kill}
 save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}, dropout=0.25), {path!r}, overwrite=True)

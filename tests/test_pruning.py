@@ -5,7 +5,7 @@ import pytest
 from keras import ops
 
 from keras_attnconv import build_model
-from keras_attnconv.pruning import compile_for_fine_tuning, prune_degenerate_heads
+from keras_attnconv.analysis.pruning import compile_for_fine_tuning, prune_degenerate_heads
 
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
 

@@ -1,26 +1,68 @@
-"""The README's figures are what the commands it names print."""
+"""The README and the pages of docs/: their figures are what the commands they name print, and every name, import,
+link, recipe and file they give exists in the package as it is."""
 
+import ast
+import importlib
+import importlib.util
 import re
+import textwrap
 from pathlib import Path
 
-README = Path(__file__).parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+FRONT_PAGE_LINES = 300
+SET_UP_COMMAND = "pip install -e . && attnconv train --recipe quick"  # .ci/run runs it verbatim
+TEST_COMMAND = "python -m pytest && KERAS_BACKEND=jax python -m pytest tests/layers tests/models"
+
+
+def pages():
+    """The README, then every page of docs/."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def the_page_holding(marker):
+    """The text of the one page that holds `marker`."""
+    found = [page for page in pages() if marker in page.read_text()]
+    assert len(found) == 1, f"{marker!r} should be on one page; it is on {[str(p) for p in found]}"
+    return found[0].read_text()
+
+
+def table_rows(text, header):
+    """The rows (lists of cells) of the markdown table whose header line starts with `header`."""
+    lines = text[text.index(header):].split("\n\n")[0].splitlines()
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
+def prose(text):
+    """`text` without its fenced code blocks (whose `# comments` are not headings)."""
+    return re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M)
+
+
+def code_blocks(language, page_list=None):
+    """(where, code) of every fenced block of `language`, dedented (a block may sit in a list item)."""
+    for page in page_list or pages():
+        blocks = re.findall(rf"^([ \t]*)```{language}\n(.*?)^\1```", page.read_text(), flags=re.S | re.M)
+        for number, (_, block) in enumerate(blocks, 1):
+            yield f"{page.relative_to(ROOT)}, {language} block {number}", textwrap.dedent(block)
 
 
 def test_the_model_zoo_table_is_what_attnconv_list_prints():
     from keras_attnconv.models.summary import markdown_table, model_rows
 
-    text = README.read_text()
+    text = the_page_holding("Made by `attnconv list`")
     start = text.index("Made by `attnconv list`")
     table = re.search(r"\n(\| model \| paper row .*?)\n\n", text[start:], re.S).group(1)
     assert table == markdown_table(model_rows())
 
 
-def test_every_layer_in_the_readmes_table_is_importable_from_the_package_root():
+def test_every_layer_in_the_layers_table_is_importable_from_the_package_root():
     import keras_attnconv
 
-    text = README.read_text()
-    table = text[text.index("| layer | what it is |"):text.index("```python")]
-    names = re.findall(r"`([A-Z]\w+)`", "".join(line.split("|")[1] for line in table.splitlines()[2:] if "|" in line))
+    header = "| layer | what it is |"
+    names = re.findall(r"`([A-Z]\w+)`", " ".join(row[0] for row in table_rows(the_page_holding(header), header)))
     assert "AttentionSpan" in names and "PixelNormalization" in names
     for name in names:
         assert getattr(keras_attnconv, name).__name__ == name
@@ -31,27 +73,160 @@ def test_every_layer_in_the_readmes_table_is_importable_from_the_package_root():
 OTHER_SPELLINGS = re.compile(r"centre|centred|centring|neighborhood(?! Attention Transformer)", re.IGNORECASE)
 
 
-def test_the_package_and_readme_spell_each_concept_one_way():
-    root = README.parent
-    files = [README, *sorted((root / "keras_attnconv").rglob("*.py")), *sorted((root / "tests").rglob("*.py"))]
-    found = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in files
+def test_the_package_and_its_documentation_spell_each_concept_one_way():
+    files = [*pages(), *sorted((ROOT / "keras_attnconv").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
+    assert DOCS / "models.md" in files  # docs/ is searched too
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if OTHER_SPELLINGS.search(line) and path != Path(__file__)]
     assert not found, "\n".join(found)
 
 
-def test_every_function_the_readme_names_is_reachable_after_importing_the_package():
-    # `name(` for a function of the package, `keras_attnconv.module.name` for one in a module.
+def test_every_function_the_documentation_names_is_reachable_after_importing_the_package():
+    # `name(` or `name` for a function at the package's root.
     import keras_attnconv
 
-    text = README.read_text()
+    text = "\n".join(page.read_text() for page in pages())
     for name in ("prune_degenerate_heads", "with_attention_options", "count_flops", "compile_for_fine_tuning",
-                 "build_model", "from_preset", "save_to_preset"):
-        assert f"`{name}(" in text or f"`{name}`" in text, name  # the README still names it
+                 "build_model", "from_preset", "save_to_preset", "list_models", "get_model_config",
+                 "get_paper_figures", "conv_to_attention"):
+        assert f"`{name}(" in text or f"`{name}`" in text, name  # the documentation still names it
         assert callable(getattr(keras_attnconv, name)), name
-    # (Not a file name such as `.keras_attnconv.json`, nor a module run with `python -m`.)
-    for path in sorted(set(re.findall(r"(?<![.\w])(?<!-m )keras_attnconv\.((?:[a-z_]+\.)*[A-Za-z_]\w*)", text))):
-        value = keras_attnconv
-        for part in path.split("."):
-            value = getattr(value, part)  # an AttributeError names what the README promises and lacks
     from keras_attnconv.models import with_attention_options  # noqa: F401 (the issue's failing import)
+
+
+# `keras_attnconv.a.b.c`, not a file name (`.keras_attnconv.json`), a path (`keras_attnconv/models`) or a wheel.
+DOTTED_NAME = re.compile(r"(?<![\w./-])keras_attnconv(?:\.[A-Za-z_]\w*)+")
+
+
+def resolve(dotted):
+    """The object `dotted` names: its longest importable module prefix, imported, then attributes of it."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:end])
+        try:
+            value = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and (module_name == error.name or module_name.startswith(error.name + ".")):
+                continue  # no such module: a shorter prefix is the module, the rest attributes
+            raise  # the module exists and fails on something it imports
+        for part in parts[end:]:
+            value = getattr(value, part)  # an AttributeError names what the documentation promises and lacks
+        return value
+    raise AssertionError(dotted)
+
+
+def test_every_dotted_name_in_the_documentation_resolves():
+    names = sorted({(name, page.name) for page in pages() for name in DOTTED_NAME.findall(page.read_text())})
+    assert any(name == "keras_attnconv.export.export_model" for name, _ in names)  # the search finds names
+    failed = []
+    for name, page in names:
+        try:
+            resolve(name)
+        except (ImportError, AttributeError) as error:
+            failed.append(f"{page}: {name}: {type(error).__name__}: {error}")
+    assert not failed, "\n".join(failed)
+
+
+def test_every_python_block_of_the_documentation_is_valid_python():
+    failed = []
+    for where, block in code_blocks("python"):
+        try:
+            ast.parse(block)
+        except SyntaxError as error:
+            failed.append(f"{where}, line {error.lineno}: {error.msg}")
+    assert not failed, "\n".join(failed)
+
+
+def test_every_import_in_a_python_block_of_the_documentation_runs():
+    # Every `import ...` and `from ... import ...` of a block, one statement at a time. A third-party module
+    # that this environment lacks (an extra not installed) is passed over; the package's own never are.
+    ran = 0
+    for where, block in code_blocks("python"):
+        for node in ast.walk(ast.parse(block)):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            modules = [node.module] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+            if not all(m.split(".")[0] == "keras_attnconv" or importlib.util.find_spec(m.split(".")[0])
+                       for m in modules):
+                continue
+            statement = ast.unparse(node)
+            try:
+                exec(compile(statement, where, "exec"), {})
+            except ImportError as error:
+                pytest.fail(f"{where}: {statement}: {type(error).__name__}: {error}")
+            ran += "keras_attnconv" in statement
+    assert ran >= 10  # the blocks import the package
+
+
+def test_the_front_page_is_at_most_300_lines():
+    lines = len(README.read_text().splitlines())
+    assert lines <= FRONT_PAGE_LINES, f"README.md has {lines} lines; move a topic into docs/"
+
+
+def test_the_front_page_links_every_page_of_docs():
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)(?:#[\w-]*)?\)", README.read_text()))
+    written = {page.name for page in DOCS.glob("*.md")}
+    assert written, "docs/ has no pages"
+    assert not written - linked, f"pages the README does not link: {sorted(written - linked)}"
+
+
+def slug(heading):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page):
+    return {slug(heading) for heading in re.findall(r"^#+ (.+)$", prose(page.read_text()), flags=re.M)}
+
+
+def test_every_link_of_the_documentation_leads_to_a_page_and_heading_that_exist():
+    failed, checked = [], 0
+    for page in pages():
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(page.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            checked += 1
+            if not linked.is_file():
+                failed.append(f"{page.relative_to(ROOT)}: {target}: no such file")
+            elif anchor and anchor not in anchors(linked):
+                failed.append(f"{page.relative_to(ROOT)}: {target}: no such heading in {linked.name}")
+    assert checked > len(pages())
+    assert not failed, "\n".join(failed)
+
+
+def test_the_front_page_gives_the_set_up_and_test_commands_verbatim():
+    lines = {line.strip() for _, block in code_blocks("bash", [README]) for line in block.splitlines()}
+    assert SET_UP_COMMAND in lines  # the first command of "Install and run", which CI runs verbatim
+    assert TEST_COMMAND in lines
+
+
+def test_every_recipe_the_documentation_names_is_a_recipe_of_the_package():
+    from keras_attnconv.training.recipe import is_recipe_name, recipe_names
+
+    named = set()
+    for page in pages():
+        text = page.read_text()
+        for recipe in re.findall(r"--recipe ([^\s`|)]+)", text) + re.findall(r"load_recipe\(\"([^\"]+)\"", text):
+            if is_recipe_name(recipe) and not recipe.isupper() and not recipe.startswith("<"):  # not NAME, <x>
+                named.add((recipe, page.name))
+    assert ("quick", "README.md") in named
+    unknown = sorted(f"{page}: {recipe}" for recipe, page in named if recipe not in recipe_names())
+    assert not unknown, "\n".join(unknown)
+
+
+# A file or directory of the repository named by its path (a glob such as `recipes/*.toml` matches one).
+REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:keras_attnconv|tests|docs|\.ci)/[\w./*-]*[\w*/])")
+
+
+def test_every_package_and_test_file_the_documentation_names_exists():
+    failed, checked = [], 0
+    for page in pages():
+        for path in sorted(set(REPOSITORY_PATH.findall(page.read_text()))):
+            checked += 1
+            if not any(ROOT.glob(path.rstrip("/"))):
+                failed.append(f"{page.relative_to(ROOT)}: {path}")
+    assert checked > 20
+    assert not failed, "\n".join(failed)

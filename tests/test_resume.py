@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attnconv.training import TrainConfig, train
+from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.fit import train
 
 #: Where the killed process dies, at the end of its second epoch: after each epoch-end step that writes.
 KILLS = {
@@ -24,7 +25,8 @@ KILLS = {
 KILLER = """
 import os, signal, sys
 import keras
-from keras_attnconv import analysis, callbacks
+from keras_attnconv import analysis
+from keras_attnconv.training import callbacks
 from keras_attnconv.training import TrainConfig, train
 
 EPOCH = 1  # the second epoch
@@ -102,7 +104,8 @@ def test_a_kill_at_the_end_of_an_epoch_loses_nothing(kill, small_npz, uninterrup
 
 FILL_THE_DISK = """
 import os, sys
-from keras_attnconv import callbacks, cli
+from keras_attnconv import cli
+from keras_attnconv.training import callbacks
 
 real = callbacks.ResumableBackup.on_epoch_end
 

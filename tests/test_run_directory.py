@@ -12,10 +12,11 @@ import pytest
 from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, cli, save_to_preset
-from keras_attnconv.export_root import ExportRoot
-from keras_attnconv.ownership import MARKER, ForeignDirectoryError, mark_of, write_mark
-from keras_attnconv.run_directory import RunDirectory
-from keras_attnconv.training import TrainConfig, train
+from keras_attnconv.export.root import ExportRoot
+from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError, mark_of, write_mark
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.fit import train
 
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8}
 
@@ -140,7 +141,7 @@ def test_a_directory_of_a_later_layout_is_not_touched(small_npz, tmp_path):
 
 
 KILLED_RUN = """
-from keras_attnconv import run_directory
+from keras_attnconv.training import run_directory
 from keras_attnconv.training import TrainConfig, train
 {kill}
 train(TrainConfig(**{config!r}))
@@ -174,7 +175,7 @@ def test_none_on_the_command_line_means_none(small_npz, tmp_path, monkeypatch, c
 
 
 def test_none_in_a_recipe_and_in_python_means_none(tmp_path):
-    from keras_attnconv.recipe import load_recipe
+    from keras_attnconv.training.recipe import load_recipe
 
     recipe = tmp_path / "r.toml"
     recipe.write_text('export_dir = "none"\ndata_dir = "NULL"\nseed = "none"\n')
@@ -190,8 +191,8 @@ RUN_LAYOUT = (RunDirectory.METRICS, RunDirectory.HISTORY, RunDirectory.CENTERS, 
 
 
 @pytest.mark.parametrize("owner, names", [
-    ("run_directory.py", RUN_LAYOUT),
-    ("export_root.py", ("models.config", "saved_models", "onnx_models", "litert_models")),
+    ("training/run_directory.py", RUN_LAYOUT),
+    ("export/root.py", ("models.config", "saved_models", "onnx_models", "litert_models")),
 ])
 def test_each_layout_is_spelled_by_its_owner_alone(owner, names):
     package = Path(__file__).parents[1] / "keras_attnconv"

@@ -15,7 +15,8 @@ import pytest
 from support import requires_tensorflow
 
 from keras_attnconv.cli import main
-from keras_attnconv.data import OFFICIAL_MEAN, OFFICIAL_STD, dataset_info
+from keras_attnconv.models.cifar import OFFICIAL_MEAN, OFFICIAL_STD
+from keras_attnconv.training.data import dataset_info
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 
@@ -41,7 +42,7 @@ def test_a_paper_recipe_trains_on_tfds_mock_data(dataset, recipe, tmp_path, caps
     tiny = "num_layers = 1, hidden_dim = 8, intermediate_dim = 8"
     tiny = f"{{{tiny}, position_embedding_dim = 8}}" if recipe.startswith("learned") else f"{{{tiny}}}"
     with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_FILES, data_dir=str(data_dir)):
-        code = main(["train", "--recipe", f"training/recipes/{recipe}.toml", "--dataset", dataset,
+        code = main(["train", "--recipe", recipe, "--dataset", dataset,
                      "--data-dir", str(data_dir), "--epochs", "2", "--batch-size", "10", "--steps-per-epoch", "2",
                      "--model-overrides", tiny, "--runs-dir", str(tmp_path / "runs"),
                      "--export-dir", str(tmp_path / "saved_models"), "--verbose", "0"])
@@ -62,7 +63,7 @@ def test_tfds_mock_data_with_its_default_policy_trains_and_real_missing_data_is_
     # How users test their tfds pipelines: no metadata files, so tfds mocks from the builder's code (no split sizes).
     import tensorflow_datasets as tfds
 
-    quick = ["train", "--recipe", "training/recipes/quick.toml", "--dataset", "cifar10", "--epochs", "1",
+    quick = ["train", "--recipe", "quick", "--dataset", "cifar10", "--epochs", "1",
              "--steps-per-epoch", "2", "--jit-compile", "false", "--export-dir", "none", "--verbose", "0"]
     with tfds.testing.mock_data(num_examples=100):
         assert main([*quick, "--run-dir", str(tmp_path / "mocked")]) == 0, capsys.readouterr().err

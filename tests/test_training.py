@@ -16,11 +16,12 @@ import pytest
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
-from keras_attnconv.ownership import write_mark
-from keras_attnconv.training import TrainConfig, load_recipe, train
-from keras_attnconv.workflow import train_and_export
+from keras_attnconv.utils.ownership import write_mark
+from keras_attnconv.training.recipe import RECIPES_DIR, TrainConfig, load_recipe
+from keras_attnconv.training.fit import train
+from keras_attnconv.training.workflow import train_and_export
 
-RECIPES = sorted((Path(__file__).parents[1] / "training" / "recipes").glob("*.toml"))
+RECIPES = sorted(RECIPES_DIR.glob("*.toml"))
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 
 
@@ -46,9 +47,9 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
 
 def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metrics_of_its_weights(small_npz, tmp_path):
     from keras_attnconv import from_preset
-    from keras_attnconv.data import dataset_info, load_arrays, pixel_statistics
-    from keras_attnconv.input_pipeline import ArrayBatches
-    from keras_attnconv.presets import load_preset_metadata
+    from keras_attnconv.training.data import dataset_info, load_arrays, pixel_statistics
+    from keras_attnconv.training.input_pipeline import ArrayBatches
+    from keras_attnconv.models.presets import load_preset_metadata
 
     config = small_config(small_npz, tmp_path / "run", epochs=3)
     train(config)
@@ -267,7 +268,7 @@ def test_a_npz_that_cannot_train_fails_before_the_run_directory_exists(small_npz
 
 
 def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_path):
-    from keras_attnconv.run_directory import RunDirectory, RunInUseError
+    from keras_attnconv.training.run_directory import RunDirectory, RunInUseError
 
     run = tmp_path / "run"
     RunDirectory(run).claim()
@@ -279,8 +280,8 @@ def test_a_second_process_cannot_train_in_a_run_directory_in_use(small_npz, tmp_
 
 
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz, tmp_path, monkeypatch):
-    from keras_attnconv.callbacks import NonFiniteLossError
-    from keras_attnconv.input_pipeline import EpochSync
+    from keras_attnconv.training.callbacks import NonFiniteLossError
+    from keras_attnconv.training.input_pipeline import EpochSync
 
     synced = EpochSync.on_epoch_begin
 
@@ -303,7 +304,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz
 
 def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch):
     # Data order, augmentation and dropout (0.1 in the tiny model) all depend on the seed and the epoch.
-    from keras_attnconv.input_pipeline import EpochSync
+    from keras_attnconv.training.input_pipeline import EpochSync
 
     config = dict(epochs=3, steps_per_epoch=3, jit_compile=True, model_overrides={**SMALL_MODEL, "dropout": 0.3})
     train(small_config(small_npz, tmp_path / "whole", **config))
@@ -326,7 +327,7 @@ def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_n
 
 
 def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
-    from keras_attnconv import training
+    from keras_attnconv.training import fit
 
     run = tmp_path / "run"
     write_mark(run, "run")  # a run of the package's, damaged
@@ -335,7 +336,7 @@ def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
         train(small_config(small_npz, run))
     (run / "config.json").unlink()
     # Killed after its last epoch, before its preset: the rerun loads the best checkpoint, damaged meanwhile.
-    monkeypatch.setattr(training, "_save_best_as_preset", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(fit, "_save_best_as_preset", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         train(small_config(small_npz, run, epochs=1))
     monkeypatch.undo()
@@ -350,7 +351,7 @@ def test_a_damaged_run_record_is_named(small_npz, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
 def test_the_run_stops_on_a_nan_or_infinite_loss(loss):
-    from keras_attnconv.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+    from keras_attnconv.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
 
     with pytest.raises(NonFiniteLossError, match=f"loss became {loss} during epoch 3"):
         StopOnNonFiniteLoss().on_epoch_end(2, {"loss": loss})
@@ -360,7 +361,7 @@ def test_the_run_stops_on_a_nan_or_infinite_loss(loss):
 @pytest.mark.parametrize("logs", [{"loss": 1.0, "val_loss": float("nan")}, {"loss": 1.0, "val_loss": float("inf")},
                                   {"loss": 1.0, "val_loss": 2.0, "val_accuracy": float("nan")}])
 def test_the_run_stops_on_a_nan_or_infinite_validation_figure(logs):
-    from keras_attnconv.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+    from keras_attnconv.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
 
     name = next(name for name, value in logs.items() if not np.isfinite(value))
     with pytest.raises(NonFiniteLossError, match=f"during epoch 2.*Received: {name}={logs[name]}"):
@@ -369,8 +370,8 @@ def test_the_run_stops_on_a_nan_or_infinite_validation_figure(logs):
 
 def test_a_model_with_a_nan_validation_loss_is_never_kept_preset_exported_or_written(small_npz, tmp_path,
                                                                                        monkeypatch):
-    from keras_attnconv.callbacks import NonFiniteLossError
-    from keras_attnconv.input_pipeline import EpochSync
+    from keras_attnconv.training.callbacks import NonFiniteLossError
+    from keras_attnconv.training.input_pipeline import EpochSync
 
     def nan_outputs_from_the_second_validation_on(self, logs=None):  # as a model overflowing in float16 gives
         if int(self.model.optimizer.iterations) == 2 * 2:  # both epochs' steps are done: the training loss is finite
@@ -391,7 +392,7 @@ def test_a_model_with_a_nan_validation_loss_is_never_kept_preset_exported_or_wri
 
 def test_the_nan_stops_advice_works_for_a_run_with_a_completed_epoch(small_npz, tmp_path, capsys):
     from keras_attnconv.cli import main
-    from keras_attnconv.run_directory import RunDirectory
+    from keras_attnconv.training.run_directory import RunDirectory
 
     # The official schedule trains the first epoch at a rate of 0 (it completes), the second at 5e5 (it diverges).
     diverging = ["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 8, "
@@ -411,8 +412,8 @@ def test_the_nan_stops_advice_works_for_a_run_with_a_completed_epoch(small_npz, 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="exports need the TensorFlow backend")
 def test_nothing_non_finite_is_written_as_json(tmp_path):
     from keras_attnconv import build_model, save_to_preset
-    from keras_attnconv.export import export_model
-    from keras_attnconv.utils import write_json
+    from keras_attnconv.export.exporter import export_model
+    from keras_attnconv.utils.files import write_json
 
     nan = {"metrics": {"eval_loss": float("nan")}}
     with pytest.raises(ValueError, match=f"Cannot write .*not JSON compliant.*path='{tmp_path / 'm.json'}'"):

@@ -8,7 +8,9 @@ from keras import ops
 
 matplotlib.use("Agg")
 
-from keras_attnconv import build_model, save_to_preset, viz  # noqa: E402
+from keras_attnconv import build_model, save_to_preset
+from keras_attnconv.analysis import viz
+from keras_attnconv.training.figures import run_figures
 
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 12}
 
@@ -56,7 +58,7 @@ def test_run_figures_draw_the_checkpoints_centers_and_the_recorded_history(tmp_p
     model = build_model("quadratic_tiny", seed=0, **SMALL)
     history = {"encoder_0": np.zeros((3, 9, 2)), "encoder_1": np.ones((3, 9, 2))}
     run = _run_directory(tmp_path / "run", model, "cifar10", history)
-    figures = viz.run_figures(run)
+    figures = run_figures(run)
     assert sorted(figures) == ["attention_centers", "centers_history"]  # cifar10 maps would need a download
     drawn = np.array([line.get_xydata()[0] for line in figures["attention_centers"].axes[1].lines])
     centers = ops.convert_to_numpy(model.get_layer("encoder_1").attention.position_score.centers)
@@ -66,11 +68,11 @@ def test_run_figures_draw_the_checkpoints_centers_and_the_recorded_history(tmp_p
 
 
 def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_path):
-    from keras_attnconv.analysis import attention_probabilities
-    from keras_attnconv.data import dataset_info, load_arrays
+    from keras_attnconv.analysis.attention import attention_probabilities
+    from keras_attnconv.training.data import dataset_info, load_arrays
 
     model = build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32})
-    figures = viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
+    figures = run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
     assert sorted(figures) == ["attention_maps"]  # learned heads have no centers, no history was recorded
     image = load_arrays("cifar10_sample", dataset_info("cifar10_sample").eval_split)[0][0]
     expected = attention_probabilities(model, image)[0][0, 8 * 16 + 8].reshape(16, 16)  # query (8, 8) of 16x16
@@ -79,20 +81,20 @@ def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_pat
 
 def test_run_figures_need_a_run_or_a_preset(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"neither a finished training run.*source='{tmp_path}'"):
-        viz.run_figures(tmp_path)
+        run_figures(tmp_path)
 
 
 def test_a_preset_is_plotted_like_its_run(tmp_path):
     model = build_model("quadratic_tiny", seed=0, **{**SMALL, "image_size": 32})
     run = _run_directory(tmp_path / "run", model, "cifar10_sample")
-    from_run, from_preset = viz.run_figures(run), viz.run_figures(run / "preset")
+    from_run, from_preset = run_figures(run), run_figures(run / "preset")
     assert sorted(from_run) == sorted(from_preset) == ["attention_centers", "attention_maps"]
     np.testing.assert_array_equal(from_run["attention_maps"].axes[0].images[0].get_array(),
                                   from_preset["attention_maps"].axes[0].images[0].get_array())
 
 
 def test_a_windowed_models_maps_place_each_windows_keys_on_the_image_grid():
-    from keras_attnconv.analysis import attention_probabilities
+    from keras_attnconv.analysis.attention import attention_probabilities
     from keras_attnconv.layers.encoder import encoder_blocks
 
     model = build_model("absolute_learned_local_tiny", seed=0, **{**SMALL, "image_size": 24})  # 12x12 grid, 7x7 window
@@ -114,4 +116,4 @@ def test_a_windowed_models_maps_place_each_windows_keys_on_the_image_grid():
 def test_run_figures_of_a_model_with_nothing_to_draw_say_so(tmp_path):
     model = build_model("resnet_tiny", seed=0)
     with pytest.raises(ValueError, match=f"Nothing to draw for {tmp_path / 'run'}: .*it has no attention heads"):
-        viz.run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
+        run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))

@@ -4,12 +4,14 @@ when the same command runs again."""
 import json
 from pathlib import Path
 
+import keras
 import pytest
 
-from keras_attnconv import export, workflow
-from keras_attnconv.ownership import write_mark
-from keras_attnconv.run_directory import RunDirectory
-from keras_attnconv.training import TrainConfig
+from keras_attnconv import export
+from keras_attnconv.training import workflow
+from keras_attnconv.utils.ownership import write_mark
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.training.recipe import TrainConfig
 
 
 def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
@@ -17,18 +19,18 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
                          model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
                          runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
                          jit_compile=False)
-    published = export.export_source
+    published = workflow.export_source
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt("killed during the export")
 
-    monkeypatch.setattr(export, "export_source", killed)
+    monkeypatch.setattr(workflow, "export_source", killed)
     with pytest.raises(KeyboardInterrupt):
         workflow.train_and_export(config)
     run = tmp_path / "runs" / "small"
     assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
 
-    monkeypatch.setattr(export, "export_source", published)
+    monkeypatch.setattr(workflow, "export_source", published)
     monkeypatch.setattr(workflow, "train", lambda config: pytest.fail("a finished run must not be retrained"))
     metrics = workflow.train_and_export(config)
     assert Path(metrics["run_dir"]) == run and Path(metrics["export"]) == tmp_path / "saved" / "quadratic_tiny" / "1"
@@ -76,6 +78,6 @@ def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(s
 
 
 def test_export_names_the_backend_it_needs(monkeypatch):
-    monkeypatch.setattr(export.keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     with pytest.raises(RuntimeError, match="needs the TensorFlow backend; Keras runs on 'jax'"):
         export.export_registered("quadratic_tiny", "unused")

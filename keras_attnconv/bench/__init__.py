@@ -6,13 +6,12 @@
 - `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
-- `run_numerics` (`attnconv bench --suite numerics`, `numerics`): training,
-  far centers and large grids in float32, mixed_bfloat16 and mixed_float16.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.
 
-`measure` holds how things are measured (time in turns, peak memory, a fresh
+The numerics suite (`attnconv bench --suite numerics`) trains, so it is the
+application's: `keras_attnconv.training.numerics`. `measure` holds how things are measured (time in turns, peak memory, a fresh
 worker process per case). Only `keras.ops` and NumPy are used: the suites
 run on any backend, and without TensorFlow (the format benchmark then says
 that it needs TensorFlow).
@@ -21,8 +20,6 @@ that it needs TensorFlow).
 from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
-from keras_attnconv.bench.numerics import NUMERICS_FULL, NUMERICS_QUICK, numerics_markdown, run_numerics
 
-__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "NUMERICS_FULL", "NUMERICS_QUICK",
-           "QUICK", "formats_markdown", "gpu_markdown", "markdown_tables", "numerics_markdown", "run_benchmark",
-           "run_format_benchmark", "run_gpu_benchmark", "run_numerics"]
+__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "formats_markdown",
+           "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark", "run_gpu_benchmark"]

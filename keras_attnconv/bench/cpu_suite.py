@@ -34,7 +34,7 @@ from keras_attnconv.bench.measure import (
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
-from keras_attnconv.utils import machine, write_report
+from keras_attnconv.utils.reports import machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.bench.measure import interleaved, random_images
-from keras_attnconv.utils import machine, write_report
+from keras_attnconv.utils.reports import machine, write_report
 
 RUNTIMES = ("keras", "saved_model", "onnx", "litert")
 SMALL_BATCH, LARGE_BATCH = 1, 64
@@ -41,7 +41,7 @@ def _exported(format):
     """The loader of an export in its runtime (the one the export itself is checked with), giving probabilities."""
 
     def load(_, path):
-        from keras_attnconv.export import load_in_runtime
+        from keras_attnconv.export.runtimes import load_in_runtime
 
         run = load_in_runtime(format, path)
         return run if format == "saved_model" else lambda x: _softmax(run(x))  # ONNX and LiteRT give logits
@@ -66,7 +66,7 @@ def unavailable():
 
 def format_benchmark(format_models, repeats, **_):
     """Rows of (e): one per model and runtime; a dict with the reason where it cannot run."""
-    from keras_attnconv.export import export_model
+    from keras_attnconv.export.exporter import export_model
     from keras_attnconv.models import build_model
 
     reason = unavailable()

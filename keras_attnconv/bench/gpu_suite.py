@@ -29,20 +29,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.bench.measure import (
-    device_description,
-    device_peak_memory,
-    interleaved,
-    matmul_step,
-    random_images,
-    run_in_workers,
-)
-from keras_attnconv.precision import PRECISIONS
-from keras_attnconv.callbacks import Throughput
-from keras_attnconv.models import build_model
-from keras_attnconv.models.attention_classifier import with_attention_options
-from keras_attnconv.models.flops import count_flops
-from keras_attnconv.utils import report_paths, write_report
+from keras_attnconv.analysis.throughput import Throughput
+from keras_attnconv.bench.measure import device_peak_memory, interleaved, matmul_step, random_images, run_in_workers
+from keras_attnconv.models import build_model, count_flops, with_attention_options
+from keras_attnconv.models.precision import PRECISIONS
+from keras_attnconv.utils.reports import device_description, report_paths, write_report
 
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
             "precisions": PRECISIONS, "paths_of": "quadratic",

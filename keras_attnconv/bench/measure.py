@@ -8,7 +8,6 @@ import glob
 import json
 import os
 import pathlib
-import platform
 import re
 import resource
 import shutil
@@ -21,8 +20,6 @@ import time
 import keras
 import numpy as np
 from keras import ops
-
-from keras_attnconv.utils import machine
 
 
 def interleaved(steps, repeats, warmup=0):
@@ -114,29 +111,6 @@ def device_peak_memory():
     except OSError:
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, the best elsewhere
     return peak_kib / 1024, "process peak resident set (no accelerator)"
-
-
-def device_description():
-    """The device the backend computes on, the backend's version and the machine (for results files)."""
-    backend = keras.backend.backend()
-    description = {**machine(), "numpy": np.__version__}
-    if backend == "jax":
-        import jax
-        import jaxlib
-
-        device = jax.local_devices()[0]
-        description.update(device=f"{device.device_kind} ({device.platform})", jax=jax.__version__,
-                           jaxlib=jaxlib.__version__)
-    elif backend == "tensorflow":
-        import tensorflow as tf
-
-        gpus = tf.config.list_physical_devices("GPU")
-        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else None
-        description.update(device=f"{name} (gpu)" if gpus else f"{platform.processor() or 'CPU'} (cpu)",
-                           tensorflow=tf.__version__)
-    else:
-        description["device"] = "unknown"
-    return description
 
 
 def random_images(count, image_size, seed=0):

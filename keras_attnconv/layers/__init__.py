@@ -42,8 +42,3 @@ __all__ = [
     "get_position_score",
 ]
 
-
-# Keras may have been imported while this module was (the package registers its classes then): finish that.
-import keras_attnconv  # noqa: E402
-
-keras_attnconv._finish_registration("layers")

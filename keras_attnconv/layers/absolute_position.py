@@ -10,7 +10,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.validation import get_initializer, grid_size
-from keras_attnconv.utils import check_real
+from keras_attnconv.utils.checks import check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -33,7 +33,7 @@ from keras import ops
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_pair
 from keras_attnconv.layers.shift_geometry import axis_shifts, centered_shifts, combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_positive_int, check_positive_number, check_real
+from keras_attnconv.utils.checks import check_positive_int, check_positive_number, check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -1,6 +1,6 @@
 """`ConvolutionAsAttention`: the self-attention layer that computes what a convolution computes (Theorem 1).
 
-`keras_attnconv.conversion.conv_to_attention` builds it from a convolution.
+`keras_attnconv.analysis.conversion.conv_to_attention` builds it from a convolution.
 """
 
 import numbers
@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
-from keras_attnconv.utils import check_choice
+from keras_attnconv.utils.checks import check_choice
 
 
 def _same_padding(size, kernel, stride, dilation):

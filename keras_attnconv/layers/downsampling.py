@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils.checks import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

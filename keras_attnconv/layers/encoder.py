@@ -8,7 +8,7 @@ from keras import ops
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
 from keras_attnconv.layers.validation import get_activation, get_initializer, real_inputs
-from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils.checks import check_bool, check_positive_int, check_positive_number, check_rate
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -5,7 +5,7 @@ import math
 import keras
 
 from keras_attnconv.layers.validation import independent
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils.checks import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import centered_shifts, combine_axis_scores, pixel_shifts, shift_grid
-from keras_attnconv.utils import check_real
+from keras_attnconv.utils.checks import check_real
 
 
 class _GaussianScoreBase(PositionScore):

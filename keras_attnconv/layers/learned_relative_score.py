@@ -8,7 +8,7 @@ from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
 from keras_attnconv.layers.validation import get_initializer, independent
-from keras_attnconv.utils import check_positive_int
+from keras_attnconv.utils.checks import check_positive_int
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.validation import real_inputs
-from keras_attnconv.utils import check_real
+from keras_attnconv.utils.checks import check_real
 
 _FLOAT32_MAX = float(np.finfo("float32").max)
 

@@ -27,7 +27,7 @@ from keras import ops
 
 from keras_attnconv.layers.shift_geometry import combine_axis_scores
 from keras_attnconv.layers.validation import grid_size
-from keras_attnconv.utils import check_bool, check_positive_int
+from keras_attnconv.utils.checks import check_bool, check_positive_int
 
 # Centers are initialised Delta_h ~ N(0, 2 I) (Section 4.2).
 PAPER_CENTER_STDDEV = 2.0**0.5

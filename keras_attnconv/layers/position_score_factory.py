@@ -7,7 +7,7 @@ from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.siren_score import SirenScore
-from keras_attnconv.utils import check_choice
+from keras_attnconv.utils.checks import check_choice
 
 POSITION_SCORES = {
     "quadratic": QuadraticScore,

@@ -9,7 +9,7 @@ from keras import ops
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import axis_shifts, centered_shifts, combine_axis_features, shift_grid
 from keras_attnconv.layers.validation import get_initializer
-from keras_attnconv.utils import check_choice, check_positive_number, check_real
+from keras_attnconv.utils.checks import check_choice, check_positive_number, check_real
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

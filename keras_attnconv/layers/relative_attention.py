@@ -11,7 +11,7 @@ from keras_attnconv.layers.path_rule import prefers_separable, prefers_windowed
 from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import WindowedAttention, window_probabilities
-from keras_attnconv.utils import check_bool, check_choice, check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils.checks import check_bool, check_choice, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 

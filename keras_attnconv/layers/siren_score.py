@@ -6,7 +6,7 @@ from keras import ops
 
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.shift_geometry import pixel_shifts
-from keras_attnconv.utils import check_positive_int, check_positive_number
+from keras_attnconv.utils.checks import check_positive_int, check_positive_number
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -14,6 +14,7 @@ from keras_attnconv.models.registry import (
     get_paper_figures,
     list_models,
 )
+from keras_attnconv.models.presets import from_preset, save_to_preset
 from keras_attnconv.models.resnet import ResNet, ResNetConfig
 
 __all__ = [
@@ -26,14 +27,10 @@ __all__ = [
     "ResNetConfig",
     "build_model",
     "count_flops",
+    "from_preset",
     "get_model_config",
     "get_paper_figures",
     "list_models",
+    "save_to_preset",
     "with_attention_options",
 ]
-
-
-# Keras may have been imported while this module was (the package registers its classes then): finish that.
-import keras_attnconv  # noqa: E402
-
-keras_attnconv._finish_registration("models")

@@ -22,7 +22,7 @@ from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_argume
 from keras_attnconv.layers.position_score import OFFICIAL_CENTER_STDDEV
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields, check_sizes
-from keras_attnconv.utils import check_choice, check_positive_int, did_you_mean, plain_numbers
+from keras_attnconv.utils.checks import check_choice, check_positive_int, did_you_mean, plain_numbers
 
 ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": SinusoidalPositionEmbedding}
 #: How the weights start (`AttentionClassifierConfig.initialization`).

@@ -15,11 +15,11 @@ import numbers
 import keras
 import numpy as np
 
-from keras_attnconv.data import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils import check_known_fields, check_positive_int, plain_numbers
+from keras_attnconv.utils.checks import check_known_fields, check_positive_int, plain_numbers
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ import keras
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.resnet import ResNetConfig
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils import check_seed, did_you_mean
+from keras_attnconv.utils.checks import check_seed, did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,8 @@
 import keras
 
 from keras_attnconv.layers.validation import check_tensor_bytes
-from keras_attnconv.precision import check_policy_name
-from keras_attnconv.utils import check_bool, check_positive_int, check_positive_number, check_rate
+from keras_attnconv.models.precision import check_policy_name
+from keras_attnconv.utils.checks import check_bool, check_positive_int, check_positive_number, check_rate
 
 
 def check_config_fields(config, positive=(), rates=(), positive_numbers=(), optional_positive=(), bools=()):
@@ -46,7 +46,7 @@ def check_sizes(config, tensors):
 def dtype_policy(dtype):
     """The `keras.DTypePolicy` a model is built with: `dtype` checked, None meaning Keras' global policy.
 
-    `dtype` is a policy name of `keras_attnconv.precision.POLICY_NAMES` (``"float32"``,
+    `dtype` is a policy name of `keras_attnconv.models.precision.POLICY_NAMES` (``"float32"``,
     ``"mixed_bfloat16"``, ``"bfloat16"``, ...) or a `keras.DTypePolicy` whose compute and
     variable dtypes are floating point; anything else (an unknown name, an integer or
     quantized policy) is a ValueError naming it. Training runs take fewer (`precision`).

@@ -10,7 +10,7 @@ import pytest
 
 import keras_attnconv.layers as layers
 from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
-from keras_attnconv.recipe import TrainConfig
+from keras_attnconv.training.recipe import TrainConfig
 
 #: The arguments each class needs to be made at all (the others keep their defaults).
 REQUIRED = {

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
-from keras_attnconv.utils import check_positive_number, check_rate
+from keras_attnconv.utils.checks import check_positive_number, check_rate
 
 
 @pytest.mark.parametrize("value", [0, 0.0, 0.5, np.float32(0.99)])

@@ -1,0 +1,211 @@
+"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop."""
+
+import json
+import math
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_attnconv.utils.files import check_free_space, write_atomically, write_json
+
+
+def _unsaved_variables(model):
+    """The model's variables that ``save_weights`` leaves out: the random streams of its dropout layers.
+
+    Restoring them makes a resumed run draw the same dropout masks as an
+    uninterrupted one.
+    """
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _save_arrays(path, variables):
+    # NumPy's zip writer, not HDF5: on a full disk h5py raises and then crashes the process (exit 139).
+    np.savez(path, **{f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)})
+
+
+def _load_arrays(path, variables, what, state):
+    with np.load(path) as saved:
+        values = [saved[f"v{i}"] for i in range(len(saved.files))]
+    if [tuple(v.shape) for v in values] != [tuple(v.shape) for v in variables]:
+        raise ValueError(f"The backup in {state} has {len(values)} {what} that do not match the "
+                         f"{len(variables)} of this run: it belongs to a different configuration.")
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+class ResumableBackup(keras.callbacks.Callback):
+    """Saves the training state after every epoch so that a killed run resumes where it stopped.
+
+    Like `keras.callbacks.BackupAndRestore`, but each state (model weights,
+    optimizer variables, the dropout layers' random streams and the epoch) is
+    written to a fresh directory and only then published by atomically
+    replacing ``latest.json``: a kill at any moment leaves the previous
+    complete state in place, never a half-written or mismatched one. Put it
+    after every other callback that writes at the end of an epoch: the
+    published epoch is then one whose every record is written, and a resumed
+    run rewinds the records of a later, unpublished epoch (`rewind_csv`,
+    ``AttentionCentersHistory(initial_epoch=...)``). Call `restore` before
+    ``fit`` and pass the epoch it returns as ``initial_epoch``.
+
+    Before writing, the free space is checked against the state's size: a
+    full disk is an error naming the directory, the previous state kept.
+
+    Args:
+        backup_dir: directory of the states.
+        keep: number of states kept.
+    """
+
+    def __init__(self, backup_dir, keep=2):
+        super().__init__()
+        self.backup_dir = Path(backup_dir)
+        self.keep = keep
+
+    @property
+    def _pointer(self):
+        return self.backup_dir / "latest.json"
+
+    def restore(self, model, backup_dir=None):
+        """Loads the latest complete state into `model`; returns its epoch (0 if none).
+
+        `backup_dir` reads another directory's states (a non-chief worker
+        resumes from the chief's backups but writes its own elsewhere). A
+        damaged backup is an error naming it (backups are written whole, so
+        only something else can damage one).
+        """
+        backup_dir = Path(backup_dir or self.backup_dir)
+        if not (backup_dir / "latest.json").exists():
+            return 0
+        try:
+            return self._restore(model, backup_dir)
+        except (OSError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as error:
+            raise ValueError(f"The backup in {backup_dir} cannot be read ({type(error).__name__}: {error}). Move it "
+                             f"away to train from the start. Received: backup_dir={str(backup_dir)!r}") from None
+
+    def _restore(self, model, backup_dir):
+        latest = json.loads((backup_dir / "latest.json").read_text())
+        state = backup_dir / latest["directory"]
+        optimizer = model.optimizer
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        if (state / "model.npz").exists():
+            _load_arrays(state / "model.npz", model.weights, "weights", state)
+        else:  # backups of earlier versions
+            model.load_weights(state / "model.weights.h5")
+        _load_arrays(state / "optimizer.npz", optimizer.variables, "optimizer variables", state)
+        streams = state / "random_streams.npz"
+        if streams.exists():  # backups of earlier versions have none: dropout then draws anew
+            _load_arrays(streams, _unsaved_variables(model), "random streams", state)
+        return int(latest["epoch"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        directory = f"epoch-{epoch + 1:05d}"
+        state = self.backup_dir / directory
+        partial = self.backup_dir / f".{directory}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        groups = {"model.npz": self.model.weights, "optimizer.npz": self.model.optimizer.variables,
+                  "random_streams.npz": _unsaved_variables(self.model)}
+        check_free_space(self.backup_dir, sum(_nbytes(v) for group in groups.values() for v in group),
+                         f"the backup of epoch {epoch + 1}")
+        partial.mkdir(parents=True)
+        for name, variables in groups.items():
+            _save_arrays(partial / name, variables)
+        shutil.rmtree(state, ignore_errors=True)
+        os.replace(partial, state)
+        write_json(self._pointer, {"epoch": epoch + 1, "directory": directory})
+        states = sorted(p for p in self.backup_dir.glob("epoch-*") if p.is_dir())
+        for old in states[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _nbytes(variable):
+    return int(np.prod(variable.shape)) * np.dtype(keras.backend.standardize_dtype(variable.dtype)).itemsize
+
+
+def rewind_csv(path, initial_epoch):
+    """Keeps the header and the rows of epochs before `initial_epoch` of a CSVLogger file (none: removed).
+
+    A run killed after an epoch's row was written but before its backup was
+    published redoes that epoch: its row must not be there twice.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    if initial_epoch == 0:
+        path.unlink()
+        return
+    header, *rows = path.read_text().splitlines(keepends=True)
+    kept = [row for row in rows if row.strip() and int(row.split(",", 1)[0]) < initial_epoch]
+    write_atomically(path, lambda tmp: tmp.write_text("".join([header, *kept])))
+
+
+def csv_history(path):
+    """The columns of a CSVLogger file as ``{name: [float per epoch]}`` (without the epoch column)."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()] if Path(path).exists() else []
+    if not lines:
+        return {}
+    names = lines[0].split(",")
+    rows = [[float(value) for value in line.split(",")] for line in lines[1:]]
+    return {name: [row[index] for row in rows] for index, name in enumerate(names) if name != "epoch"}
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training or validation loss (or another metric of the epoch) became NaN or infinite."""
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops ``fit`` with `NonFiniteLossError` at the end of an epoch with a NaN or infinite loss or metric.
+
+    The validation figures are checked like the training loss: a model whose
+    outputs overflow on the validation data (e.g. in float16) keeps a chance
+    accuracy, which would otherwise be kept as best, preset and exported.
+    Keras' `TerminateOnNaN` only sets ``stop_training``, so the epoch's end
+    callbacks still run and would back up the broken weights; raising here,
+    before them, leaves the last backup and the best checkpoint as they were.
+    Put it before any callback that writes. The epoch's loss is the mean over
+    its batches, so one non-finite batch is enough; checking once per epoch
+    keeps the steps asynchronous (a check per batch waits for every step).
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        for name in sorted(logs, key=lambda name: name != "loss"):  # the training loss first
+            value = float(logs[name])
+            if not math.isfinite(value):
+                what = {"loss": "training loss", "val_loss": "validation loss"}.get(name, f"metric {name!r}")
+                # Resuming this run reruns its diverging settings, and a run with a completed epoch is never
+                # resumed with others: the remedy is a new run directory.
+                raise NonFiniteLossError(
+                    f"The {what} became {value} during epoch {epoch + 1}; training stopped. The last backup and "
+                    "the best checkpoint are kept. Train again with a lower --learning-rate (or check the data) "
+                    f"in a new --run-dir: this run resumes only with its own settings. Received: {name}={value}")
+
+
+class BestCheckpoint(keras.callbacks.Callback):
+    """Saves the model (``.keras``) whenever `monitor` improves, atomically.
+
+    The best value so far is kept in ``<filepath>.json`` beside the model, so
+    a resumed run keeps comparing against it.
+    """
+
+    def __init__(self, filepath, monitor="val_accuracy", mode="max"):
+        super().__init__()
+        self.filepath = Path(filepath)
+        self.monitor = monitor
+        self.better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+        self.record = self.filepath.with_suffix(".json")
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        best = json.loads(self.record.read_text())[self.monitor] if self.record.exists() else None
+        if best is None or self.better(float(value), best):
+            write_atomically(self.filepath, lambda tmp: self.model.save(tmp))
+            write_json(self.record, {self.monitor: float(value), "epoch": epoch + 1})
+
+

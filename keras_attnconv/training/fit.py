@@ -1,0 +1,202 @@
+"""The training pipeline behind `attnconv train`: recipe -> run directory -> trained model + metrics.
+
+The run directory (its layout, mark, lock and states: `run_directory.RunDirectory`)
+receives the resolved recipe, resumable backups, the best checkpoint, logs and
+history, and once finished the best checkpoint as a preset (with the recipe and
+the metrics of those weights) and ``metrics.json``. Running the same command
+again after a crash resumes the run with the same per-epoch results as an uninterrupted run (the
+data order, augmentation and dropout streams are restored with the weights);
+running it after the run finished starts a new directory (``<name>-1``, ...).
+
+Everything (recipe, model configuration, data, schedule, strategy) is checked
+before the run directory is created, so a typo never leaves a half-made run
+behind; a lock keeps a second process out of a run directory in use. Export
+for serving is a separate step (`keras_attnconv.export`), which
+`attnconv train` runs after training.
+"""
+
+import contextlib
+import errno
+import json
+import sys
+import tempfile
+import time
+
+import keras
+
+from keras_attnconv.analysis.attention import AttentionCentersHistory, layer_centers
+from keras_attnconv.analysis.throughput import Throughput
+from keras_attnconv.training.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, csv_history, rewind_csv
+from keras_attnconv.training.distribution import is_chief, work_around_keras_multi_worker
+from keras_attnconv.training.plan import plan_run
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.training.runs import check_same_run, resolve_run_dir, resolved_config
+
+
+def _center_tracking(model, run, initial_epoch):
+    """Records the heads' centers each epoch (``centers_history.npz``) for Gaussian-type models."""
+    try:
+        layer_centers(model)
+    except ValueError:  # no quadratic/gaussian attention in this model
+        return []
+    return [AttentionCentersHistory(run.centers_history, initial_epoch=initial_epoch)]
+
+
+def _tensorflow_importable():
+    """Whether TensorFlow imports (an import, not a lookup: a package that is present but broken counts as absent)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _logging_callbacks(run):
+    """CSV history always; TensorBoard where TensorFlow (its writer) is installed."""
+    callbacks = [keras.callbacks.CSVLogger(str(run.history), append=True)]
+    if _tensorflow_importable():
+        callbacks.append(keras.callbacks.TensorBoard(str(run.logs_dir), profile_batch=0))
+    return callbacks
+
+
+def train(config):
+    """Trains `config` (a `TrainConfig`) and returns the final metrics dict (also in ``metrics.json``).
+
+    Raises ValueError naming the field for a bad dataset, model override,
+    schedule or strategy before anything is written; `RunInUseError` when
+    another process trains in the same run directory; and
+    `keras_attnconv.training.callbacks.NonFiniteLossError` when the training or
+    validation loss becomes NaN or infinite (the last backup and the best
+    checkpoint are kept). The
+    precision is the model's own (``build_model(..., dtype=config.precision)``):
+    Keras' global dtype policy is neither read nor changed.
+    """
+    plan = plan_run(config)
+    run = resolve_run_dir(config)
+    resolved = resolved_config(config, run)
+    check_same_run(run, resolved)
+    if not is_chief(plan.strategy):
+        # The other workers run every step and callback (saving may involve collectives) but write
+        # into a scratch directory; they resume from the chief's backups (a filesystem all share).
+        with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
+            return {**_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir), "run_dir": str(run),
+                    "chief": False}
+    run.claim()
+    with run.lock():
+        if check_same_run(run, resolved):  # again, now that no other process can write it
+            run.start_anew()
+        run.write_config(resolved)
+        try:
+            return _fit(config, plan, run)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            raise OSError(errno.ENOSPC, f"No space left on the device of the run directory ({error}): the last "
+                                        "complete backup is kept. Free some space and run the same command again "
+                                        f"to resume. Received: run_dir={str(run)!r}") from None
+
+
+def _save_best_as_preset(config, plan, run):
+    """Writes the best checkpoint as the run's ``preset/`` with the recipe and the metrics of those exact weights.
+
+    A run killed after its preset was published (and before ``metrics.json``)
+    keeps that preset: it holds the same best checkpoint.
+    """
+    from keras_attnconv.models.presets import save_to_preset
+
+    if run.preset_dir.exists():
+        return run.preset_dir
+    try:
+        best = keras.saving.load_model(run.best_checkpoint, compile=False)
+    except Exception as error:  # Keras reports a damaged archive as "File not found" or a zip error
+        raise ValueError(f"{run.best_checkpoint} cannot be loaded ({error}); it was damaged after "
+                         f"training wrote it. Received: run_dir={str(run)!r}") from None
+    best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
+    record = json.loads(run.best_record.read_text())
+    metrics = {"epoch": record["epoch"], "eval_split": plan.eval_split, "eval_loss": float(loss),
+               "eval_accuracy": float(accuracy)}
+    metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
+                "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run),
+                "training_run": run.path_from_preset()}
+    return save_to_preset(best, run.preset_dir, metadata=metadata)
+
+
+def run_optimizer(config, schedule):
+    """The optimizer of a run: `CoupledWeightDecaySGD` with the recipe's momentum, decay and exemptions."""
+    from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
+    from keras_attnconv.optim import CoupledWeightDecaySGD
+
+    return CoupledWeightDecaySGD(schedule, momentum=config.momentum, weight_decay=config.weight_decay,
+                                 no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS)
+
+
+def _fit(config, plan, run, resume_from=None):
+    from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
+    from keras_attnconv.models import build_model
+    from keras_attnconv.models.summary import trainable_parameters
+
+    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
+    with scope:
+        model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
+        # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
+        model.compile(
+            optimizer=run_optimizer(config, plan.schedule),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            jit_compile=config.jit_compile,
+        )
+        backup = ResumableBackup(run.backup_dir)
+        initial_epoch = backup.restore(model, resume_from)
+    if initial_epoch:
+        print(f"Resuming {run} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
+    # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
+    rewind_csv(run.history, initial_epoch)
+    throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
+    start = time.perf_counter()
+    train_data, eval_data = plan.train_batches, plan.eval_batches
+    if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
+        train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
+        if config.strategy == "multi_worker":
+            work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
+    model.fit(
+        train_data,
+        validation_data=eval_data,
+        epochs=config.epochs,
+        initial_epoch=initial_epoch,
+        verbose=config.verbose,
+        shuffle=False,  # the batches are shuffled by (seed, epoch), reproducibly
+        callbacks=[
+            EpochSync(plan.train_batches),
+            StopOnNonFiniteLoss(),  # before any callback that writes
+            BestCheckpoint(run.best_checkpoint),
+            *_logging_callbacks(run),
+            throughput,
+            *_center_tracking(model, run, initial_epoch),
+            backup,  # last: an epoch is published as done once every record of it is written
+        ],
+    )
+    loss, accuracy = model.evaluate(eval_data, verbose=0)
+    best_path = run.best_record
+    preset = _save_best_as_preset(config, plan, run) if best_path.exists() else None
+    metrics = {
+        "model": config.model,
+        "dataset": config.dataset,
+        "eval_split": plan.eval_split,
+        "eval_loss": float(loss),
+        "eval_accuracy": float(accuracy),
+        "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
+        "epochs": config.epochs,
+        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "trainable_parameters": trainable_parameters(model),
+        "train_images_per_second": throughput.images_per_second,
+        "precision": config.precision,
+        "jit_compile": config.jit_compile,
+        "replicas": plan.replicas,
+        "wall_seconds_this_session": time.perf_counter() - start,
+        "history": csv_history(run.history),  # every epoch, also those of the processes before a resume
+        "preset": preset and str(preset),
+    }
+    run.write_metrics(metrics)
+    metrics["run_dir"] = str(run)
+    return metrics

@@ -1,0 +1,78 @@
+"""What a run needs (dataset, model configuration, batches, schedule, strategy), computed and checked before it writes."""
+
+import dataclasses
+
+from keras_attnconv.training.distribution import make_strategy
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """What a run needs, computed and checked before anything is written."""
+
+    dataset: object  # DatasetInfo
+    model_fields: dict
+    eval_split: str
+    train_batches: object
+    eval_batches: object
+    steps_per_epoch: int
+    schedule: object
+    strategy: object
+    replicas: int
+
+
+
+def checked_model_fields(config, info):
+    """The model's configuration fields for `config` on a dataset (`DatasetInfo`), checked; loads no data."""
+    from keras_attnconv.training.data import pixel_statistics
+    from keras_attnconv.models import get_model_config
+
+    from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
+    for field, value in from_dataset.items():
+        if field in config.model_overrides and config.model_overrides[field] != value:
+            raise ValueError(f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
+                             f"overridden. Received: model_overrides={config.model_overrides!r}")
+    mean, std = pixel_statistics(info, config.normalization)
+    model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": mean, "pixel_std": std,
+                    **config.model_overrides}
+    get_model_config(config.model, **model_fields)
+    return model_fields
+
+
+
+def plan_run(config):
+    """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
+    from keras_attnconv.training.data import dataset_info, load_arrays
+    from keras_attnconv.training.input_pipeline import ArrayBatches
+    from keras_attnconv.optim import run_schedule
+
+    info = dataset_info(config.dataset)
+    model_fields = checked_model_fields(config, info)
+    eval_split = config.eval_split or info.eval_split
+    data_args = {"data_dir": config.data_dir, "download": config.download}
+    train_batches = ArrayBatches(*load_arrays(config.dataset, "train", **data_args), augment=True, shuffle=True,
+                                 seed=config.seed, drop_remainder=True, steps_per_epoch=config.steps_per_epoch,
+                                 batch_size=config.batch_size)
+    eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), batch_size=config.batch_size)
+    steps_per_epoch = len(train_batches)
+    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
+                            config.warmup_ratio)
+    strategy = make_strategy(config.strategy)
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if config.batch_size % replicas:
+        raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
+                         f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
+    return RunPlan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
+                 replicas)
+
+
+
+def check_run(config, *, models=()):
+    """Checks everything `train` checks before it writes (dataset, model configuration, schedule, strategy).
+
+    Each name of `models` is checked too, as `config` with that model: the
+    data, schedule and strategy, which do not depend on the model, are loaded
+    and checked once (a comparison trains several models on the same data).
+    """
+    plan = plan_run(config)
+    for name in models:
+        checked_model_fields(dataclasses.replace(config, model=name), plan.dataset)
