@@ -334,10 +334,15 @@ def main(argv=None):
 
     try:
         with contextlib.nullcontext() if args.debug else native_log_filter():
-            return args.handler(args)
+            code = args.handler(args)
+            sys.stdout.flush()  # here, where a reader that stopped reading is handled, not at exit
+            return code
     except KeyboardInterrupt:
         print(f"attnconv {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `attnconv list | head -3`: the reader has what it wanted; nothing went wrong here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141  # as a process that SIGPIPE ended
     except Exception as error:  # every error: one line and exit 2 (a traceback with --debug)
         if args.debug:
             raise

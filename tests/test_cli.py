@@ -98,6 +98,15 @@ def test_no_native_start_up_noise_on_a_cpu_machine():
     assert result.stderr == "", result.stderr
 
 
+def test_a_reader_that_stops_reading_is_no_error():
+    # `attnconv recipes | grep -q quadratic`, `attnconv list | head -3`: the pipe closes before the output is written.
+    process = subprocess.Popen([sys.executable, "-m", "keras_attnconv.cli", "list"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    process.stdout.close()
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read() == ""
+
+
 def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
     from keras_attnconv.utils.console import native_log_filter
 
