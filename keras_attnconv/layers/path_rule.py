@@ -25,7 +25,8 @@ FLOP count alone:
 Layers with a window (neighbourhood attention) choose between the tiled
 windowed path (``tiles * Bq * Rk`` scores, `keras_attnconv.layers.neighbourhood`)
 and global attention with the window as a mask (``T^2`` scores): see
-`prefers_windowed`.
+`prefers_windowed`. `attention_mode` puts the rules together into the path a
+`RelativeMultiHeadAttention` takes on a grid.
 """
 
 import functools
@@ -59,7 +60,7 @@ def default_platform():
     return "cpu"
 
 
-def _checked_platform(platform):
+def checked_platform(platform):
     """`platform`, or this machine's where None; ValueError naming the argument for anything else."""
     platform = platform or default_platform()
     if platform not in PLATFORMS:
@@ -69,7 +70,7 @@ def _checked_platform(platform):
 
 def prefers_separable(height, width, platform=None):
     """Whether separable row/column passes beat the dense position contraction on `platform` (default: this one)."""
-    platform = _checked_platform(platform)
+    platform = checked_platform(platform)
     fewer_flops = height + width < height * width
     if platform == "cpu":
         return fewer_flops
@@ -92,6 +93,49 @@ def prefers_windowed(neighbourhood, platform=None):
     a 7x7 window on 8x8 tokens), the global path with a mask runs. Accelerators use the same
     rule, unmeasured there (`platform` is only checked).
     """
-    _checked_platform(platform)
+    checked_platform(platform)
     tokens = neighbourhood.height * neighbourhood.width
     return neighbourhood.tile_pairs <= WINDOWED_MAX_PAIR_FRACTION * tokens * tokens
+
+
+def attention_mode(height, width, uses_content, separable="auto", windowed="auto", position_score=None,
+                   attention_span=None, neighbourhood=None, platform=None, fast_paths=True):
+    """The path an attention with these arguments takes on a ``height x width`` grid (`attention_mode_for`).
+
+    Args:
+        height, width: the grid.
+        uses_content: whether a score term depends on the input.
+        separable, windowed: the attention's arguments (``"auto"``, True or False).
+        position_score: its `PositionScore` (read for position-only heads: whether it is separable).
+        attention_span: its `AttentionSpan`, or None.
+        neighbourhood: the `Neighbourhood` of its window on the grid, or None (global attention).
+        platform: ``"cpu"``, ``"gpu"``, ``"tpu"`` or None (this machine's).
+        fast_paths: False keeps to the global paths (``"content"``, ``"position"``).
+
+    Returns:
+        ``"content"``, ``"position"``, ``"separable"``, ``"windowed_content"`` or
+        ``"windowed_position"``; ValueError where ``separable=True`` cannot be honoured.
+    """
+    if not fast_paths:
+        checked_platform(platform)
+        return "content" if uses_content else "position"
+    if neighbourhood is not None and windowed is not False:
+        tiled = windowed is True or prefers_windowed(neighbourhood, platform)
+    else:
+        tiled = False
+    if uses_content:
+        return "windowed_content" if tiled else "content"
+    if separable is False:
+        return "windowed_position" if tiled else "position"
+    span_separable = attention_span is None or attention_span.separable
+    window_separable = neighbourhood is None or not neighbourhood.flat
+    if not (position_score.separable and span_separable and window_separable):
+        if separable is True:
+            reason = (f"{type(position_score).__name__} scores are" if not position_score.separable
+                      else "A 1-D window is" if not window_separable
+                      else "An attention span with a threshold, a max_window (or 1-D) is")
+            raise ValueError(f"{reason} not separable by axis. Received: separable=True")
+        return "windowed_position" if tiled else "position"
+    if separable is True or (windowed is not True and prefers_separable(height, width, platform)):
+        return "separable"
+    return "windowed_position" if tiled else "position"
