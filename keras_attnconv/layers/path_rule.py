@@ -113,8 +113,13 @@ def attention_mode(height, width, uses_content, separable="auto", windowed="auto
         fast_paths: False keeps to the global paths (``"content"``, ``"position"``).
 
     Returns:
-        ``"content"``, ``"position"``, ``"separable"``, ``"windowed_content"`` or
-        ``"windowed_position"``; ValueError where ``separable=True`` cannot be honoured.
+        ``"content"`` (probabilities per example), ``"position"`` (one (heads, T, T)
+        probability tensor per call, shared by the batch), ``"separable"`` (a row pass and a
+        column pass per head; with a window, each axis masked outside its window), or, with a
+        window, ``"windowed_content"`` / ``"windowed_position"`` (the tiled neighbourhood path,
+        per example / shared by the batch). With a window, "content" and "position" are global
+        attention with the window as a mask. ValueError where ``separable=True`` cannot be
+        honoured.
     """
     if not fast_paths:
         checked_platform(platform)

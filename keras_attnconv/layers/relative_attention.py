@@ -101,10 +101,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         kernel_initializer, bias_initializer: initializers of the projections.
         separable: ``"auto"``, True or False: position-only heads whose scores
             are a row term plus a column term (quadratic, learned, diagonal
-            Gaussian) as a row pass and a column pass
-            (`attention_paths.separable_attention`), where faster on the device
-            (`keras_attnconv.layers.path_rule`), always, or never (the general
-            eq. (8) path, the reference). `attention_mode` reports the path.
+            Gaussian) as a row pass and a column pass where faster on the device
+            (`path_rule.prefers_separable`), always, or never (the general path,
+            the reference). `attention_mode` reports the path taken.
         attention_span: None, an `AttentionSpan` layer, a dict of its arguments
             (``{"threshold": 0.1, "initial_sigma": 4.0}``; built with
             ``num_heads``) or its serialized config: a learned per-head Gaussian
@@ -119,10 +118,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         dilation: positive int or pair, the window's dilation (NATTEN's rule);
             ``window * dilation`` must not exceed the map's side.
         windowed: ``"auto"``, True or False, with a window: the tiled windowed
-            path (``O(H W Kh Kw)``, never a (T, T) tensor) where it is cheaper
-            (`path_rule.prefers_windowed`; separable heads stay separable where
-            preferred), always, or never (global attention with an additive
-            -inf mask outside the windows, the reference).
+            path (``O(H W Kh Kw)``, never a (T, T) tensor) where cheaper
+            (`path_rule.prefers_windowed`), always, or never (global attention
+            with the window as a -inf mask, the reference).
         rematerialize: bool, the windowed path recomputes its per-head tensors
             in the backward pass and keeps only the probabilities
             (`windowed_attention.windowed_attention`); no effect elsewhere.
@@ -181,14 +179,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             self.position_score = get_position_score(position_score, self.num_heads)
             _check_score_layer(self.position_score, self.num_heads, self.use_position_bias)
         self.separable = separable
-        _check_separable(separable, self.uses_content,
-                         self.position_score or POSITION_SCORES.get(self._position_score_name))
         self.attention_span = _attention_span(attention_span, self.num_heads)
         self.window, self.dilation = window_arguments(window, dilation)
-        _check_window_arguments(windowed, self.window, self.attention_span, separable)
-        if not self._takes_the_fast_paths() and (separable is True or windowed is True):
-            raise ValueError(f"{type(self).__name__} overrides `_compute_attention`, which the separable and windowed "
-                             f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")
+        _check_path_arguments(separable, windowed, self.uses_content,
+                              self.position_score or POSITION_SCORES.get(self._position_score_name), self.window,
+                              self.attention_span, None if self._takes_the_fast_paths() else type(self).__name__)
         self.windowed = windowed
         check_bool("rematerialize", rematerialize)
         self.rematerialize = rematerialize
@@ -200,11 +195,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     @property
     def window_spec(self):
-        """``(window, dilation, flat)`` of the neighbourhood the layer attends in, or None (global attention).
-
-        The layer's ``window``, else the ``max_window`` of its attention span (``flat``: a 1-D window
-        over the row-major tokens, from a 1-D span).
-        """
+        """``(window, dilation, flat)`` of the layer's ``window``, else of its span's ``max_window``
+        (``flat``: a 1-D window over the row-major tokens, from a 1-D span), or None (global attention)."""
         if self.window is not None:
             return self.window, self.dilation, False
         return None if self.attention_span is None else self.attention_span.window
@@ -235,23 +227,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return self._attention_mode
 
     def attention_mode_for(self, height, width, platform=None):
-        """The path taken on a ``height x width`` grid (`keras_attnconv.layers.path_rule.attention_mode`).
+        """The path taken on a ``height x width`` grid: ``"content"``, ``"position"``, ``"separable"``,
+        ``"windowed_content"`` or ``"windowed_position"`` (`keras_attnconv.layers.path_rule.attention_mode`).
 
-        Args:
-            height, width: the grid.
-            platform: ``"cpu"``, ``"gpu"`` or ``"tpu"``; None means the device
-                the backend computes on (see `keras_attnconv.layers.path_rule`).
-
-        Returns:
-            ``"content"`` (probabilities per example), ``"position"`` (one
-            (heads, T, T) probability tensor per call, shared by the batch),
-            ``"separable"`` (a row pass and a column pass per head; with a
-            window, each axis masked outside its window), or, with a window,
-            ``"windowed_content"`` / ``"windowed_position"`` (the tiled
-            neighbourhood path, per example / shared by the batch). With a
-            window, "content" and "position" are global attention with the
-            window as a mask. A subclass that overrides `_compute_attention`
-            takes "content" or "position" only.
+        ``platform``: ``"cpu"``, ``"gpu"`` or ``"tpu"``; None means the device the backend computes on.
+        A subclass that overrides `_compute_attention` takes "content" or "position" only.
         """
         return attention_mode(height, width, self.uses_content, self.separable, self.windowed, self.position_score,
                               self.attention_span, self.neighbourhood(height, width), platform,
@@ -301,14 +281,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.output_bias = self._bias("output_bias", (self.output_dim,), contexts)
         self._attention_mode = self.attention_mode_for(height, width)
 
-    def _kernel(self, name, shape, fan_in):
+    def _kernel(self, name, shape, fan_in, initializer=None):
         """A kernel of the products with `fan_in` inputs (which a `FanInUniform` initializer bounds by)."""
-        return self.add_weight(name=name, shape=shape, initializer=initializer_for(self.kernel_initializer, fan_in))
+        initializer = initializer_for(initializer or self.kernel_initializer, fan_in)
+        return self.add_weight(name=name, shape=shape, initializer=initializer)
 
     def _bias(self, name, shape, fan_in):
-        if not self.use_bias:
-            return None
-        return self.add_weight(name=name, shape=shape, initializer=initializer_for(self.bias_initializer, fan_in))
+        return self._kernel(name, shape, fan_in, self.bias_initializer) if self.use_bias else None
 
     def _score_weights(self):
         """The weights of the data-dependent score terms, as the path functions take them (a built layer)."""
@@ -328,14 +307,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             if mode.startswith("windowed"):
                 outputs, probabilities = self._call_windowed(tokens, neighbourhood, training)
             else:
-                window_mask = None if neighbourhood is None else neighbourhood.window_mask()
-                position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
-                span_bias = None if self.attention_span is None else self.attention_span.score_bias(
-                    height, width, window_mask)
-                queries, keys, score_terms = global_score_parts(
-                    tokens, self._score_weights(), height, width, self.position_score, position_bias, span_bias)
-                outputs, probabilities = self._compute_attention(queries, keys, tokens, score_terms, window_mask,
-                                                                 training=training)
+                outputs, probabilities = self._call_global(tokens, height, width, neighbourhood, training)
         if self.output_bias is not None:
             outputs = outputs + self.output_bias
         if mode != "separable":
@@ -343,6 +315,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         if not return_attention_scores:
             return outputs
         return outputs, _returned_scores(mode, probabilities, neighbourhood, ops.shape(inputs)[0])
+
+    def _call_global(self, tokens, height, width, neighbourhood, training):
+        window_mask = None if neighbourhood is None else neighbourhood.window_mask()
+        position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
+        span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
+        queries, keys, score_terms = global_score_parts(tokens, self._score_weights(), height, width,
+                                                        self.position_score, position_bias, span_bias)
+        return self._compute_attention(queries, keys, tokens, score_terms, window_mask, training=training)
 
     def _compute_attention(self, queries, keys, values, score_terms, attention_mask=None, training=None):
         """The attention computation of the global paths: the one hook for subclasses.
@@ -361,11 +341,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 content-content term, in the compute dtype; None when that term is off.
             keys: (batch, T, heads, key_dim), ``X Wk + b_k``; None with `queries`.
             values: (batch, T, C), the tokens (the values are the input itself).
-            score_terms: tuple of float32 tensors, the other terms of the scores in the order
-                they are added (`attention_paths.global_score_parts`): key bias (batch, heads,
-                1 or T, T), content-position (batch, heads, T, T), position bias ((1, heads, T, T)
-                or (heads, T, T)) and the span's ``log g`` (heads, T, T); only those that are
-                on. None has a batch axis on the "position" path.
+            score_terms: tuple of float32 tensors, the other terms of the scores (key bias,
+                content-position, position bias, the span's ``log g``) in the order they are
+                added (`attention_paths.global_score_parts`); none has a batch axis on the
+                "position" path.
             attention_mask: None (global attention), or a bool NumPy (T, T) window: whether
                 a query attends to a key.
             training: whether attention dropout is active.
@@ -482,13 +461,6 @@ def _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, ter
         raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
 
 
-def _check_separable(separable, uses_content, score):
-    """`separable=True` needs separable scores (`score`: a `PositionScore`, or the class of a named one)."""
-    if separable is True and not uses_content and not score.separable:
-        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
-                         "Received: separable=True")
-
-
 def _check_score_layer(layer, num_heads, use_position_bias):
     if layer.num_heads != num_heads:
         raise ValueError(
@@ -521,17 +493,28 @@ def _attention_span(span, num_heads):
     return span
 
 
-def _check_window_arguments(windowed, window, attention_span, separable):
+def _check_path_arguments(separable, windowed, uses_content, score, window, span, overriding_class=None):
+    """ValueError naming `separable` or `windowed` where the layer cannot take the path they ask for.
+
+    ``score``: the position score, or the class of a named one; ``window``: the layer's (checked)
+    window; ``span``: its `AttentionSpan` or None; ``overriding_class``: the name of a subclass that
+    overrides `_compute_attention`, else None.
+    """
     if windowed not in ("auto", True, False):
         raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
-    span_window = attention_span.window if attention_span is not None else None
+    if separable is True and not uses_content and not score.separable:
+        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+                         "Received: separable=True")
+    span_window = span.window if span is not None else None
     if span_window is not None and window is not None and span_window != (window, (1, 1), False):
-        raise ValueError(
-            f"The attention span's max_window={attention_span.max_window} (span_dims="
-            f"{attention_span.span_dims}) differs from the layer's window. Received: window={window}")
+        raise ValueError(f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
+                         f"from the layer's window. Received: window={window}")
     if windowed is True and window is None and span_window is None:
         raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
                          "Received: windowed=True, window=None")
     if windowed is True and separable is True:
         raise ValueError("`windowed=True` and `separable=True` force two different paths. "
                          "Received: windowed=True, separable=True")
+    if overriding_class is not None and (separable is True or windowed is True):
+        raise ValueError(f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
+                         f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")
