@@ -144,3 +144,30 @@ def attention_mode(height, width, uses_content, separable="auto", windowed="auto
     if separable is True or (windowed is not True and prefers_separable(height, width, platform)):
         return "separable"
     return "windowed_position" if tiled else "position"
+
+
+def check_path_arguments(separable, windowed, uses_content, score, window, span, overriding_class=None):
+    """ValueError naming `separable` or `windowed` where an attention cannot take the path they ask for.
+
+    ``score``: the attention's position score, or the class of a named one; ``window``: its
+    (checked) window pair or None; ``span``: its `AttentionSpan` or None; ``overriding_class``: the
+    name of a `RelativeMultiHeadAttention` subclass that overrides `_compute_attention`, else None.
+    """
+    if windowed not in ("auto", True, False):
+        raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
+    if separable is True and not uses_content and not score.separable:
+        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+                         "Received: separable=True")
+    span_window = span.window if span is not None else None
+    if span_window is not None and window is not None and span_window != (window, (1, 1), False):
+        raise ValueError(f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
+                         f"from the layer's window. Received: window={window}")
+    if windowed is True and window is None and span_window is None:
+        raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
+                         "Received: windowed=True, window=None")
+    if windowed is True and separable is True:
+        raise ValueError("`windowed=True` and `separable=True` force two different paths. "
+                         "Received: windowed=True, separable=True")
+    if overriding_class is not None and (separable is True or windowed is True):
+        raise ValueError(f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
+                         f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")

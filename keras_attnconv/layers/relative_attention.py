@@ -26,11 +26,11 @@ from keras_attnconv.layers.attention_paths import (
     shared_position_attention,
     window_entries,
 )
-from keras_attnconv.layers.attention_span import AttentionSpan
+from keras_attnconv.layers.attention_span import get_attention_span
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
-from keras_attnconv.layers.path_rule import attention_mode
-from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
+from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments
+from keras_attnconv.layers.position_score_factory import POSITION_SCORES, check_score_fits_attention, get_position_score
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import (
     window_position_terms,
@@ -177,11 +177,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.position_score = None
         if needs_positions and not isinstance(position_score, str):
             self.position_score = get_position_score(position_score, self.num_heads)
-            _check_score_layer(self.position_score, self.num_heads, self.use_position_bias)
+            check_score_fits_attention(self.position_score, self.num_heads, self.use_position_bias)
         self.separable = separable
-        self.attention_span = _attention_span(attention_span, self.num_heads)
+        self.attention_span = get_attention_span(attention_span, self.num_heads)
         self.window, self.dilation = window_arguments(window, dilation)
-        _check_path_arguments(separable, windowed, self.uses_content,
+        check_path_arguments(separable, windowed, self.uses_content,
                               self.position_score or POSITION_SCORES.get(self._position_score_name), self.window,
                               self.attention_span, None if self._takes_the_fast_paths() else type(self).__name__)
         self.windowed = windowed
@@ -459,62 +459,3 @@ def _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, ter
         check_choice("position_score", position_score, sorted(POSITION_SCORES))
     if separable not in ("auto", True, False):
         raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")
-
-
-def _check_score_layer(layer, num_heads, use_position_bias):
-    if layer.num_heads != num_heads:
-        raise ValueError(
-            f"The position score has {layer.num_heads} heads but the attention has "
-            f"num_heads={num_heads}."
-        )
-    if layer.head_vectors != use_position_bias:
-        raise ValueError(
-            f"A position score with head_vectors={layer.head_vectors} does not fit "
-            f"use_position_bias={use_position_bias}: its per-head vectors v are the "
-            "position-bias term."
-        )
-
-
-def _attention_span(span, num_heads):
-    """The `attention_span` argument as an `AttentionSpan` (or None); ValueError naming it."""
-    if span is None:
-        return None
-    if isinstance(span, dict):
-        if "class_name" in span:
-            span = keras.saving.deserialize_keras_object(span)
-        else:
-            span = AttentionSpan(num_heads, **span)
-    if not isinstance(span, AttentionSpan):
-        raise ValueError("`attention_span` must be None, an AttentionSpan, or a dict of its arguments. "
-                         f"Received: attention_span={span!r}")
-    if span.num_heads != num_heads:
-        raise ValueError(f"The attention span has {span.num_heads} heads but the attention has "
-                         f"num_heads={num_heads}.")
-    return span
-
-
-def _check_path_arguments(separable, windowed, uses_content, score, window, span, overriding_class=None):
-    """ValueError naming `separable` or `windowed` where the layer cannot take the path they ask for.
-
-    ``score``: the position score, or the class of a named one; ``window``: the layer's (checked)
-    window; ``span``: its `AttentionSpan` or None; ``overriding_class``: the name of a subclass that
-    overrides `_compute_attention`, else None.
-    """
-    if windowed not in ("auto", True, False):
-        raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
-    if separable is True and not uses_content and not score.separable:
-        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
-                         "Received: separable=True")
-    span_window = span.window if span is not None else None
-    if span_window is not None and window is not None and span_window != (window, (1, 1), False):
-        raise ValueError(f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
-                         f"from the layer's window. Received: window={window}")
-    if windowed is True and window is None and span_window is None:
-        raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
-                         "Received: windowed=True, window=None")
-    if windowed is True and separable is True:
-        raise ValueError("`windowed=True` and `separable=True` force two different paths. "
-                         "Received: windowed=True, separable=True")
-    if overriding_class is not None and (separable is True or windowed is True):
-        raise ValueError(f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
-                         f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")
