@@ -119,7 +119,7 @@ def global_score_parts(tokens, weights, height, width, position_score=None, posi
         the span's ``log g`` (heads, T, T); only those that are on.
     """
     queries = keys = None
-    terms = []  # added to q . k in this order: float sums depend on it, and every path adds them so
+    terms = []  # added to q . k in the order of eq. (8): float sums depend on it (outputs as before)
     if weights.needs_queries:
         # Scale the queries once instead of every (T x T) score matrix.
         queries = project(tokens, weights.query_kernel, weights.query_bias) * ops.cast(weights.scale, tokens.dtype)
