@@ -213,3 +213,25 @@ class AttentionSpan(keras.layers.Layer):
                        "max_window": (self.max_window[0] if self.max_window and self.span_dims == 1
                                       else self.max_window)})
         return config
+
+
+def get_attention_span(span, num_heads):
+    """An attention's `attention_span` argument as an `AttentionSpan` of `num_heads` heads, or None.
+
+    `span` is None, an `AttentionSpan`, its serialized config or a dict of its arguments (built with
+    `num_heads`); anything else, or a span with other heads, is a ValueError naming the argument.
+    """
+    if span is None:
+        return None
+    if isinstance(span, dict):
+        if "class_name" in span:
+            span = keras.saving.deserialize_keras_object(span)
+        else:
+            span = AttentionSpan(num_heads, **span)
+    if not isinstance(span, AttentionSpan):
+        raise ValueError("`attention_span` must be None, an AttentionSpan, or a dict of its arguments. "
+                         f"Received: attention_span={span!r}")
+    if span.num_heads != num_heads:
+        raise ValueError(f"The attention span has {span.num_heads} heads but the attention has "
+                         f"num_heads={num_heads}.")
+    return span

@@ -25,7 +25,8 @@ FLOP count alone:
 Layers with a window (neighbourhood attention) choose between the tiled
 windowed path (``tiles * Bq * Rk`` scores, `keras_attnconv.layers.neighbourhood`)
 and global attention with the window as a mask (``T^2`` scores): see
-`prefers_windowed`.
+`prefers_windowed`. `attention_mode` puts the rules together into the path a
+`RelativeMultiHeadAttention` takes on a grid.
 """
 
 import functools
@@ -59,7 +60,7 @@ def default_platform():
     return "cpu"
 
 
-def _checked_platform(platform):
+def checked_platform(platform):
     """`platform`, or this machine's where None; ValueError naming the argument for anything else."""
     platform = platform or default_platform()
     if platform not in PLATFORMS:
@@ -69,7 +70,7 @@ def _checked_platform(platform):
 
 def prefers_separable(height, width, platform=None):
     """Whether separable row/column passes beat the dense position contraction on `platform` (default: this one)."""
-    platform = _checked_platform(platform)
+    platform = checked_platform(platform)
     fewer_flops = height + width < height * width
     if platform == "cpu":
         return fewer_flops
@@ -92,6 +93,81 @@ def prefers_windowed(neighbourhood, platform=None):
     a 7x7 window on 8x8 tokens), the global path with a mask runs. Accelerators use the same
     rule, unmeasured there (`platform` is only checked).
     """
-    _checked_platform(platform)
+    checked_platform(platform)
     tokens = neighbourhood.height * neighbourhood.width
     return neighbourhood.tile_pairs <= WINDOWED_MAX_PAIR_FRACTION * tokens * tokens
+
+
+def attention_mode(height, width, uses_content, separable="auto", windowed="auto", position_score=None,
+                   attention_span=None, neighbourhood=None, platform=None, fast_paths=True):
+    """The path an attention with these arguments takes on a ``height x width`` grid (`attention_mode_for`).
+
+    Args:
+        height, width: the grid.
+        uses_content: whether a score term depends on the input.
+        separable, windowed: the attention's arguments (``"auto"``, True or False).
+        position_score: its `PositionScore` (read for position-only heads: whether it is separable).
+        attention_span: its `AttentionSpan`, or None.
+        neighbourhood: the `Neighbourhood` of its window on the grid, or None (global attention).
+        platform: ``"cpu"``, ``"gpu"``, ``"tpu"`` or None (this machine's).
+        fast_paths: False keeps to the global paths (``"content"``, ``"position"``).
+
+    Returns:
+        ``"content"`` (probabilities per example), ``"position"`` (one (heads, T, T)
+        probability tensor per call, shared by the batch), ``"separable"`` (a row pass and a
+        column pass per head; with a window, each axis masked outside its window), or, with a
+        window, ``"windowed_content"`` / ``"windowed_position"`` (the tiled neighbourhood path,
+        per example / shared by the batch). With a window, "content" and "position" are global
+        attention with the window as a mask. ValueError where ``separable=True`` cannot be
+        honoured.
+    """
+    if not fast_paths:
+        checked_platform(platform)
+        return "content" if uses_content else "position"
+    if neighbourhood is not None and windowed is not False:
+        tiled = windowed is True or prefers_windowed(neighbourhood, platform)
+    else:
+        tiled = False
+    if uses_content:
+        return "windowed_content" if tiled else "content"
+    if separable is False:
+        return "windowed_position" if tiled else "position"
+    span_separable = attention_span is None or attention_span.separable
+    window_separable = neighbourhood is None or not neighbourhood.flat
+    if not (position_score.separable and span_separable and window_separable):
+        if separable is True:
+            reason = (f"{type(position_score).__name__} scores are" if not position_score.separable
+                      else "A 1-D window is" if not window_separable
+                      else "An attention span with a threshold, a max_window (or 1-D) is")
+            raise ValueError(f"{reason} not separable by axis. Received: separable=True")
+        return "windowed_position" if tiled else "position"
+    if separable is True or (windowed is not True and prefers_separable(height, width, platform)):
+        return "separable"
+    return "windowed_position" if tiled else "position"
+
+
+def check_path_arguments(separable, windowed, uses_content, score, window, span, overriding_class=None):
+    """ValueError naming `separable` or `windowed` where an attention cannot take the path they ask for.
+
+    ``score``: the attention's position score, or the class of a named one; ``window``: its
+    (checked) window pair or None; ``span``: its `AttentionSpan` or None; ``overriding_class``: the
+    name of a `RelativeMultiHeadAttention` subclass that overrides `_compute_attention`, else None.
+    """
+    if windowed not in ("auto", True, False):
+        raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
+    if separable is True and not uses_content and not score.separable:
+        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+                         "Received: separable=True")
+    span_window = span.window if span is not None else None
+    if span_window is not None and window is not None and span_window != (window, (1, 1), False):
+        raise ValueError(f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
+                         f"from the layer's window. Received: window={window}")
+    if windowed is True and window is None and span_window is None:
+        raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
+                         "Received: windowed=True, window=None")
+    if windowed is True and separable is True:
+        raise ValueError("`windowed=True` and `separable=True` force two different paths. "
+                         "Received: windowed=True, separable=True")
+    if overriding_class is not None and (separable is True or windowed is True):
+        raise ValueError(f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
+                         f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")

@@ -1,4 +1,4 @@
-"""`get_position_score`: a position score layer from a name, a config or an instance."""
+"""`get_position_score`: a position score layer from a name, a config or an instance; whether it fits an attention."""
 
 import keras
 
@@ -44,3 +44,18 @@ def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
         "`position_score` must be a name, a PositionScore layer or its config. "
         f"Received: position_score={identifier!r}"
     )
+
+
+def check_score_fits_attention(layer, num_heads, use_position_bias):
+    """ValueError unless a position score `layer` fits an attention of `num_heads` heads (and position bias or not)."""
+    if layer.num_heads != num_heads:
+        raise ValueError(
+            f"The position score has {layer.num_heads} heads but the attention has "
+            f"num_heads={num_heads}."
+        )
+    if layer.head_vectors != use_position_bias:
+        raise ValueError(
+            f"A position score with head_vectors={layer.head_vectors} does not fit "
+            f"use_position_bias={use_position_bias}: its per-head vectors v are the "
+            "position-bias term."
+        )

@@ -16,7 +16,7 @@ On the windowed (neighbourhood) path two counts differ: by default the
 algorithm's (each query meets the ``Kh * Kw`` keys of its window), and with
 ``executed=True`` the products the tiled implementation runs (every query
 slot of a tile against every key of its region, masked keys included; see
-`WindowedAttention.windowed_multiply_adds`). On the other paths both are the
+`RelativeMultiHeadAttention.windowed_multiply_adds`). On the other paths both are the
 same. `tests/models/test_flops.py` checks the executed count against
 TensorFlow's own per-op FLOP statistics of the traced graph on every path.
 """

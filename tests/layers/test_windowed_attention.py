@@ -422,10 +422,11 @@ def test_rematerialize_is_kept_in_the_config():
 
 @pytest.mark.parametrize("terms", [{"use_content_content": True}, {}], ids=["content_content", "content_position"])
 def test_folded_learned_content_position_equals_the_masked_global_path(terms):
-    """Queries folded into the kernels (`_folds_queries`): the content-position term against per-axis shift tables."""
+    """Queries folded into the kernels (`folds_queries`): the content-position term against per-axis shift tables."""
     shape = (2, 6, 7, CHANNELS)
     windowed, masked = layer_pair("learned", shape, 3, 1, use_content_position=True, use_position_bias=False,
                                   key_dim=16, **terms)
     nb = get_neighbourhood(6, 7, (3, 3))
-    assert windowed._folds_queries((None, 42, CHANNELS), nb)
+    assert windowed_attention.folds_queries(windowed._score_weights(), (None, 42, CHANNELS), nb,
+                                            windowed.position_score)
     assert_same_values_and_gradients(windowed, masked, np.random.default_rng(2).normal(size=shape).astype("float32"))
