@@ -13,13 +13,11 @@ def float32_copy(model):
     return model if model.dtype_policy.name == "float32" else model.with_config(dtype="float32")
 
 
-
 def require_tensorflow_backend():
     """Raises RuntimeError unless Keras runs on TensorFlow: every format is traced by TensorFlow."""
     if keras.backend.backend() != "tensorflow":
         raise RuntimeError(f"Export traces the model with TensorFlow and needs the TensorFlow backend; Keras runs on "
                            f"{keras.backend.backend()!r}. Run it as KERAS_BACKEND=tensorflow attnconv export ...")
-
 
 
 def _serving_function(model):
@@ -33,7 +31,6 @@ def _serving_function(model):
         return {"probabilities": probabilities, "classes": classes, "class_names": tf.gather(names, classes)}
 
     return serve
-
 
 
 def _write_warmup(version_dir, serving_name, image_shape):
@@ -55,7 +52,6 @@ def _write_warmup(version_dir, serving_name, image_shape):
     return path
 
 
-
 def write_saved_model(model, staging, serving_name, jit_compile, warmup):
     import tensorflow as tf
 
@@ -74,14 +70,12 @@ def write_saved_model(model, staging, serving_name, jit_compile, warmup):
                         "classes": ["int64", [None]], "class_names": ["string", [None]]}}
 
 
-
 def _needs(module, format):
     try:
         __import__(module)
     except ImportError:
         raise ModuleNotFoundError(f"The {format} export needs {module}: pip install 'keras-attnconv[export]'. "
                                   f"Received: format={format!r}") from None
-
 
 
 def write_single_file(model, staging, format, description):
@@ -113,7 +107,6 @@ def write_single_file(model, staging, format, description):
 
 
 WARMUP_FILE = "tf_serving_warmup_requests"
-
 
 
 WARMUP_BATCH_SIZES = (1, 8)

@@ -15,13 +15,11 @@ def _load_saved_model(path):
     return lambda images: served(images=tf.constant(images))["probabilities"].numpy()
 
 
-
 def _load_onnx(path):
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path / VERSION_FILES["onnx"]), providers=["CPUExecutionProvider"])
     return lambda images: session.run(["logits"], {"images": images})[0]
-
 
 
 def _load_litert(path):
@@ -44,11 +42,9 @@ def _load_litert(path):
     return run
 
 
-
 #: Each format's runtime: the module that must be installed to run it, and the loader of a version directory.
 RUNTIMES = {"saved_model": ("tensorflow", _load_saved_model), "onnx": ("onnxruntime", _load_onnx),
             "litert": ("ai_edge_litert", _load_litert)}
-
 
 
 def load_in_runtime(format, version_dir):
@@ -58,7 +54,6 @@ def load_in_runtime(format, version_dir):
     logits for ONNX and LiteRT (the files' own output).
     """
     return RUNTIMES[format][1](Path(version_dir))
-
 
 
 def check_in_runtime(model, staging, format, name):

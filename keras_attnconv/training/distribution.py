@@ -22,7 +22,6 @@ def make_strategy(name):
     return tf.distribute.get_strategy()
 
 
-
 def is_chief(strategy):
     """Whether this process writes the run directory: yes, except on the other workers of a TF_CONFIG cluster.
 
@@ -30,7 +29,6 @@ def is_chief(strategy):
     or worker 0 in a cluster without one; always true for one-machine strategies.
     """
     return strategy is None or strategy.extended.should_checkpoint
-
 
 
 def work_around_keras_multi_worker(model, strategy, batch):

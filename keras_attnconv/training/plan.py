@@ -20,7 +20,6 @@ class RunPlan:
     replicas: int
 
 
-
 def checked_model_fields(config, info):
     """The model's configuration fields for `config` on a dataset (`DatasetInfo`), checked; loads no data."""
     from keras_attnconv.training.data import pixel_statistics
@@ -36,7 +35,6 @@ def checked_model_fields(config, info):
                     **config.model_overrides}
     get_model_config(config.model, **model_fields)
     return model_fields
-
 
 
 def plan_run(config):
@@ -63,7 +61,6 @@ def plan_run(config):
                          f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
     return RunPlan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
                  replicas)
-
 
 
 def check_run(config, *, models=()):

@@ -18,7 +18,6 @@ def resolve_run_dir(config):
                 if run.is_free() or (run.is_ours() and not run.metrics_file.exists()))
 
 
-
 def finished_run(config):
     """The latest finished `RunDirectory` of `config` with the same settings (`same_run`), or None."""
     if config.run_dir:
@@ -37,18 +36,15 @@ def finished_run(config):
     return None if same_run(finished.read_config() or {}, resolved_config(config, finished)) else finished
 
 
-
 def resolved_config(config, run):
     """The dict written to ``config.json``: the config with its run directory."""
     return {**dataclasses.asdict(config), "run_dir": str(run)}
-
 
 
 def same_run(saved, resolved):
     """The fields (other than verbosity, place and export) in which two resolved configs differ."""
     ignored = ("verbose", "run_dir", "export_dir")
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
-
 
 
 def check_same_run(run, resolved):

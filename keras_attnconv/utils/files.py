@@ -19,7 +19,6 @@ def read_json(path):
         raise ValueError("JSON nested too deeply to read") from None
 
 
-
 def read_json_object(path, context):
     """The JSON object (a dict) in the file `path`; anything else is one ValueError naming the file, then `context`.
 
@@ -34,7 +33,6 @@ def read_json_object(path, context):
     return value
 
 
-
 def write_atomically(path, write):
     """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
     path = Path(path)
@@ -46,7 +44,6 @@ def write_atomically(path, write):
     finally:
         if tmp.exists():
             tmp.unlink()
-
 
 
 @contextlib.contextmanager
@@ -73,7 +70,6 @@ def file_lock(path, blocking=True):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-
 def check_writable(path, argument, file=False, beside=False):
     """Raises (naming `argument` and `path`) unless `path` could be written: before any work that ends writing it.
 
@@ -94,11 +90,9 @@ def check_writable(path, argument, file=False, beside=False):
         raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
 
 
-
 def _nearest_existing(path):
     """`path` or its nearest ancestor that exists (what a write below it would be decided by)."""
     return next(p for p in (path, *path.parents) if p.exists())
-
 
 
 def check_free_space(directory, needed_bytes, what, margin=1.25):
@@ -113,7 +107,6 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
         raise OSError(errno.ENOSPC, f"No space left for {what} in {directory}: it needs about "
                                     f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "
                                     f"space and run the same command again.")
-
 
 
 def write_json(path, data):

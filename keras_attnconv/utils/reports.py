@@ -17,13 +17,11 @@ def report_paths(output):
     return json_path, f"{base}.md"
 
 
-
 def write_report(output, results, markdown):
     """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`)."""
     json_path, markdown_path = report_paths(output)
     write_json(json_path, results)
     write_atomically(markdown_path, lambda tmp: tmp.write_text(markdown.rstrip("\n") + "\n"))
-
 
 
 def machine():
