@@ -6,6 +6,30 @@ to the path functions: `keras_attnconv.layers.attention_paths` (global and
 separable paths) and `keras_attnconv.layers.windowed_attention` (the tiled
 neighbourhood path). `RelativeMultiHeadAttention._compute_attention` is the
 one hook of the attention computation for subclasses.
+
+For head h, query pixel q, key pixel k and shift ``delta = k - q``::
+
+    A[q, k] = s * (X_q Wq Wk^T X_k^T + X_q Wq W_hat r_delta + u^T Wk^T X_k^T)
+              + v^T r_delta
+    MHSA(X) = concat_h(softmax(A^(h)) X) W + b
+
+Each of the four terms can be switched on or off. The position terms come
+from a position score layer (``r_delta`` and ``v``, see
+`keras_attnconv.layers.PositionScore`); ``W_hat`` is the identity padded
+to the query dimension as in the proof of Lemma 2 (the first
+``encoding_dim`` query features meet ``r_delta``), or a learned
+``(heads, key_dim, encoding_dim)`` map with ``position_key_projection=True``.
+``s`` (``content_scale``) scales the data-dependent terms; the position bias
+is left unscaled so that Lemma 2 holds with the score's own ``alpha``.
+
+Values use the paper's parameterisation (D_h = D_in): every head averages
+the input itself, and ``W_val^(h) W_out`` are merged into one kernel of
+shape ``(num_heads, input_dim, output_dim)``. With only the position bias
+on, the probabilities do not depend on the input: they are computed once
+per call, ``(heads, H*W, H*W)``, and applied to the whole batch (dropout
+then drops the same links for every example). Scores and softmax are
+float32 under any dtype policy; projections and contractions run in the
+compute dtype.
 """
 
 import functools
@@ -53,29 +77,7 @@ _SCORE_WEIGHTS = ("query_kernel", "query_bias", "key_kernel", "key_bias", "u", "
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """Self-attention over the pixels of a feature map, eq. (8) of the paper.
 
-    For head h, query pixel q, key pixel k and shift ``delta = k - q``::
-
-        A[q, k] = s * (X_q Wq Wk^T X_k^T + X_q Wq W_hat r_delta + u^T Wk^T X_k^T)
-                  + v^T r_delta
-        MHSA(X) = concat_h(softmax(A^(h)) X) W + b
-
-    Each of the four terms can be switched on or off. The position terms come
-    from a position score layer (``r_delta`` and ``v``, see
-    `keras_attnconv.layers.PositionScore`); ``W_hat`` is the identity padded
-    to the query dimension as in the proof of Lemma 2 (the first
-    ``encoding_dim`` query features meet ``r_delta``), or a learned
-    ``(heads, key_dim, encoding_dim)`` map with ``position_key_projection=True``.
-    ``s`` (``content_scale``) scales the data-dependent terms; the position bias
-    is left unscaled so that Lemma 2 holds with the score's own ``alpha``.
-
-    Values use the paper's parameterisation (D_h = D_in): every head averages
-    the input itself, and ``W_val^(h) W_out`` are merged into one kernel of
-    shape ``(num_heads, input_dim, output_dim)``. With only the position bias
-    on, the probabilities do not depend on the input: they are computed once
-    per call, ``(heads, H*W, H*W)``, and applied to the whole batch (dropout
-    then drops the same links for every example). Scores and softmax are
-    float32 under any dtype policy; projections and contractions run in the
-    compute dtype.
+    The scores, values and precisions are the module's (see its docstring).
 
     The layer owns the weights and picks the path (`attention_mode_for`); the
     paths are functions of tensors (`keras_attnconv.layers.attention_paths`,
