@@ -155,7 +155,7 @@ def _bench(args):
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                "formats": "bench-formats.json"}
+                "formats": "bench-formats.json", "steps": "bench-steps.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     for path in report_paths(output):  # before the benchmark, not after it
         check_writable(path, "output", file=True)
@@ -172,6 +172,8 @@ def _bench(args):
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
+    elif args.suite == "steps":
+        print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output)))
     else:
         print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
     print("\nwrote {} and {}".format(*report_paths(output)))
@@ -271,11 +273,13 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats"), default="cpu",
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps"), default="cpu",
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
                                    "the accelerator; numerics: training, far centers and large grids in the three "
-                                   "precisions; formats: inference in each export format's runtime beside Keras")
+                                   "precisions; formats: inference in each export format's runtime beside Keras; steps: "
+                                   "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
+                                   "that the jit_compile=auto rule stands on")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "

@@ -10,6 +10,7 @@ import pytest
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, gpu_suite
 from keras_attnconv.layers.path_rule import prefers_separable
+from keras_attnconv.models.step_compilation import resolve_jit_compile
 
 
 def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch):
@@ -21,7 +22,9 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
-    assert [model.get_layer("pool").dtype_policy.name for model in built] == ["float32", "float32"]  # QUICK's
+    paths = ["xla", "graph"] if keras.backend.backend() == "tensorflow" else ["xla"]
+    # QUICK's precision, for each of its two models on each path:
+    assert [model.get_layer("pool").dtype_policy.name for model in built] == ["float32"] * 2 * len(paths)
     results = json.loads(output.read_text())
     assert results["machine"]["backend"]
     assert [(row["comparison"], row["tokens"]) for row in results["layer"]] == [
@@ -39,12 +42,21 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
         (case["name"], case["batch"], case["options"]) for case in bench.QUICK["memory_models"]]
     assert all(row["peak_memory_mib"] > row["step_mib"] > 0 and row["image_size"] == 16
                for row in results["model_memory"])
-    assert {row["model"] for row in results["models"]} == {"quadratic_tiny", "resnet_tiny"}
+    # Every model on every path of the backend (XLA; TensorFlow's graph), the rule's pick and the faster one marked.
+    assert sorted((row["model"], row["path"]) for row in results["models"]) == sorted(
+        (model, path) for model in ("quadratic_tiny", "resnet_tiny") for path in paths)
+    for model in ("quadratic_tiny", "resnet_tiny"):
+        rows = [row for row in results["models"] if row["model"] == model]
+        assert sum(row["fastest"] for row in rows) == 1 and sum(row["rule"] for row in rows) == 1
+        rule_path = "xla" if resolve_jit_compile("auto", "float32") else "graph"
+        assert [row["path"] for row in rows if row["rule"]] == [rule_path]
     for row in results["models"]:
         assert row["images_per_second"] > 0 and row["matmul_gflops"] > 0 and 0 < row["fraction_of_matmul"]
+    assert [(row["dtype"], row["path"]) for row in results["matmul"]] == [("float32", path) for path in paths]
+    assert results["machine"]["cpu"]["model"]
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| tokens | fast path |") == 2
-    assert "| model | precision |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
+    assert "| model | precision | path |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
     assert "| model | runtime | batch 1 ms |" in table
     assert_format_rows(results["formats"])
     assert "speed-up" in capsys.readouterr().out
@@ -57,6 +69,17 @@ def assert_format_rows(rows):
     assert [(row["model"], row["runtime"]) for row in rows] == [("quadratic_tiny", runtime) for runtime in RUNTIMES]
     for row in rows:
         assert row["batch1_ms"] > 0 and row["batch64_images_per_second"] > 0 and row["max_abs_difference"] <= 1e-5
+
+
+def test_the_steps_suite_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(cpu_suite.QUICK, "models", ("resnet_tiny",))  # the wiring; the quick suite checks the rows
+    output = tmp_path / "steps.json"
+    assert cli.main(["bench", "--suite", "steps", "--quick", "--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    assert {row["model"] for row in results["models"]} == {"resnet_tiny"} and results["matmul"]
+    table = (tmp_path / "steps.md").read_text()
+    assert table.startswith("Machine: ") and "bfloat16 units:" in table and "| `resnet_tiny` | float32 |" in table
+    assert "| model | precision | path |" in capsys.readouterr().out
 
 
 def test_the_formats_suite_alone(tmp_path, capsys):

@@ -45,6 +45,15 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
     assert metrics["preset"] == str(run / "preset")
 
 
+def test_a_run_compiles_its_step_by_the_path_rule_and_records_what_it_resolved(small_npz, tmp_path):
+    from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile
+
+    assert TrainConfig.jit_compile == "auto" and all(load_recipe(path).jit_compile == "auto" for path in RECIPES)
+    metrics = train(small_config(small_npz, tmp_path / "run", jit_compile="auto", epochs=1, steps_per_epoch=2))
+    expected = resolve_jit_compile("auto", "float32")
+    assert (metrics["jit_compile"], metrics["step_path"]) == (expected, describe_step_path(expected))
+
+
 def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metrics_of_its_weights(small_npz, tmp_path):
     from keras_attnconv import from_preset
     from keras_attnconv.training.data import dataset_info, load_arrays, pixel_statistics

@@ -3,6 +3,11 @@
 - `run_benchmark` (the CPU suite, `cpu_suite`): the attention layer's
   separable vs general paths, and the models' training steps against
   ResNet-18 and a matmul.
+- `run_step_benchmark` (`attnconv bench --suite steps`, also part of the
+  CPU suite): each model's training step on each path (XLA; TensorFlow's
+  graph) in each precision, with the same run's matmul rates: what the
+  `jit_compile="auto"` rule (`keras_attnconv.models.step_compilation`)
+  stands on.
 - `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
@@ -17,9 +22,10 @@ run on any backend, and without TensorFlow (the format benchmark then says
 that it needs TensorFlow).
 """
 
-from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark
+from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark, run_step_benchmark, step_markdown
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
 
 __all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "formats_markdown",
-           "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark", "run_gpu_benchmark"]
+           "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark", "run_gpu_benchmark",
+           "run_step_benchmark", "step_markdown"]

@@ -34,6 +34,7 @@ from keras_attnconv.bench.measure import (
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
+from keras_attnconv.models.step_compilation import resolve_jit_compile
 from keras_attnconv.utils.reports import machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
@@ -168,46 +169,93 @@ def model_memory_benchmark(memory_models, memory_image_size, **_):
     return [{**row, "step_mib": row.pop("program_mib")} for row in rows]
 
 
-def _model_step(name, model_batch, precision, image_size=32, **options):
+def _model_step(name, model_batch, precision, image_size=32, jit_compile=True, **options):
     model = build_model(name, seed=0, dtype=precision, image_size=image_size, **options)
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)
     x = random_images(model_batch, image_size)
     y = np.arange(model_batch) % 10
     return model, lambda: model.train_on_batch(x, y)
 
 
+def step_paths():
+    """The compilers a training step can take on this backend: XLA (True), and TensorFlow's graph (False)."""
+    return (True, False) if keras.backend.backend() == "tensorflow" else (True,)
+
+
+def _path_name(jit_compile):
+    return "xla" if jit_compile else "graph"
+
+
 def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
-    """Training steps of `models` (built with ``dtype=precision``) and the reference matmul, in turns, per precision."""
-    rows = []
+    """Training steps of `models` on every path (`step_paths`), in every precision, with the matmul on each path.
+
+    Per precision, every (model, path) step and an n x n matmul in the
+    precision's compute dtype on each path run in turns. A row's fraction is
+    its achieved GFLOP/s over the best matmul rate of its precision (the
+    device's reference for that dtype); ``rule`` marks the path that
+    ``jit_compile="auto"`` takes (`step_compilation`), ``fastest`` the
+    faster measured one, so the rule is checked on every run.
+    """
+    rows, matmuls = [], []
     for precision in precisions:
-        built = {name: _model_step(name, model_batch, precision) for name in models}
-        steps = {name: step for name, (_, step) in built.items()}
-        seconds, compile_seconds = interleaved({**steps, "matmul": matmul_step(matmul, "float32")}, repeats)
-        reference = 2 * matmul**3 / seconds["matmul"] / 1e9
-        for name, (model, _) in built.items():
-            # Forward + backward ~ 3x the forward pass.
-            gflops = 3 * count_flops(model).total * model_batch / seconds[name] / 1e9
-            rows.append({"model": name, "precision": precision, "batch": model_batch,
-                         "step_ms": 1e3 * seconds[name], "images_per_second": model_batch / seconds[name],
-                         "compile_seconds": compile_seconds[name], "achieved_gflops": gflops,
-                         "matmul_gflops": reference, "fraction_of_matmul": gflops / reference})
-    return rows
+        compute_dtype = keras.DTypePolicy(precision).compute_dtype
+        built, steps = {}, {}
+        for jit in step_paths():
+            steps[("matmul", jit)] = matmul_step(matmul, compute_dtype, jit)
+            for name in models:
+                built[(name, jit)], steps[(name, jit)] = _model_step(name, model_batch, precision, jit_compile=jit)
+        seconds, compile_seconds = interleaved(steps, repeats)
+        rates = {jit: 2 * matmul**3 / seconds[("matmul", jit)] / 1e9 for jit in step_paths()}
+        matmuls += [{"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate}
+                    for jit, rate in rates.items()]
+        rule = resolve_jit_compile("auto", precision)
+        for name in models:
+            fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
+            for jit in step_paths():
+                # Forward + backward ~ 3x the forward pass.
+                gflops = 3 * count_flops(built[(name, jit)]).total * model_batch / seconds[(name, jit)] / 1e9
+                rows.append({"model": name, "precision": precision, "path": _path_name(jit), "batch": model_batch,
+                             "step_ms": 1e3 * seconds[(name, jit)],
+                             "images_per_second": model_batch / seconds[(name, jit)],
+                             "compile_seconds": compile_seconds[(name, jit)], "achieved_gflops": gflops,
+                             "matmul_gflops": max(rates.values()), "fraction_of_matmul": gflops / max(rates.values()),
+                             "rule": jit == rule, "fastest": jit == fastest})
+    return rows, matmuls
 
 
 def run_benchmark(quick=False, output="bench.json", **overrides):
     """Runs (a) to (e); writes JSON to `output` and markdown tables beside it; returns the results."""
     settings = {**(QUICK if quick else FULL), **overrides}
+    layer = layer_benchmark(**settings)
+    models, matmul = model_step_benchmark(**settings)
     results = {
         "machine": machine(),
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
-        "layer": layer_benchmark(**settings),
-        "models": model_step_benchmark(**settings),
+        "layer": layer,
+        "models": models,
+        "matmul": matmul,
         "model_memory": model_memory_benchmark(**settings),
         "formats": format_benchmark(**settings),
     }
     write_report(output, results, markdown_tables(results))
     return results
+
+
+def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
+    """Runs (b) and (c) alone (``attnconv bench --suite steps``): every model on every path, in every precision."""
+    settings = {**(QUICK if quick else FULL), **overrides}
+    models, matmul = model_step_benchmark(**settings)
+    results = {"machine": machine(),
+               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+               "models": models, "matmul": matmul}
+    write_report(output, results, step_markdown(results))
+    return results
+
+
+def step_markdown(results):
+    """The machine and the training-step table of a `run_step_benchmark` result."""
+    return f"Machine: {machine_text(results['machine'])}.\n\n{model_step_table(results)}"
 
 
 _COMPARISON_TITLES = {
@@ -234,7 +282,7 @@ def markdown_tables(results):
     m = results["machine"]
     settings = results["settings"]
     lines = [
-        f"Machine: {m['processor']}, {m['cpus']} CPUs, Keras {m['keras']} on {m['backend']}. "
+        f"Machine: {machine_text(m)}, Keras {m['keras']} on {m['backend']}. "
         f"Medians of {settings['repeats']} rounds; in each round the compared steps run one after the other.",
     ]
     for name in settings["comparisons"]:
@@ -256,17 +304,7 @@ def markdown_tables(results):
                              f"| {_mib(row['baseline_step_mib'])} "
                              f"| {_ratio(row['baseline_step_mib'], row['fast_step_mib'])} "
                              f"| {row['max_abs_difference']:.1e} |")
-    matmul = settings["matmul"]
-    lines += ["", f"Training step (batch {settings['model_batch']}, XLA), in turns with a {matmul}x{matmul} "
-              "float32 matmul (the reference rate):", "",
-              "| model | precision | step ms | images/s | GFLOP/s | matmul GFLOP/s | of matmul | step vs resnet |",
-              "|---|---|---|---|---|---|---|---|"]
-    resnet = {r["precision"]: r["step_ms"] for r in results["models"] if r["model"].startswith("resnet")}
-    for row in results["models"]:
-        ratio = row["step_ms"] / resnet[row["precision"]] if row["precision"] in resnet else float("nan")
-        lines.append(f"| `{row['model']}` | {row['precision']} | {row['step_ms']:.0f} "
-                     f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} | {row['matmul_gflops']:.1f} "
-                     f"| {100 * row['fraction_of_matmul']:.0f}% | {ratio:.2f}x |")
+    lines += ["", model_step_table(results)]
     lines += ["", f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
               "(float32, XLA, 3 steps): the compiled step's memory, and the peak resident memory of the whole "
               "process (framework and compilation included):", "",
@@ -274,4 +312,33 @@ def markdown_tables(results):
     lines += [f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
               f"| {_mib(row.get('step_mib'))} | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
     lines += ["", formats_markdown(results["formats"], settings["repeats"])]
+    return "\n".join(lines)
+
+
+def machine_text(machine):
+    """The CPU a report was measured on: its model, CPU count and what it has for bfloat16 and vectors."""
+    cpu = machine.get("cpu") or {}
+    return (f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs "
+            f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})")
+
+
+def model_step_table(results):
+    """The training steps on each path, with the same run's matmul rates (`model_step_benchmark`)."""
+    settings = results["settings"]
+    n = settings["matmul"]
+    rates = "; ".join(f"{row['dtype']} {row['path']} {row['gflops']:.0f}" for row in results["matmul"])
+    lines = [f"Training step (batch {settings['model_batch']}) on each path (xla: XLA; graph: TensorFlow's "
+             f"graph, oneDNN on a CPU), in turns with a {n}x{n} matmul in each precision's compute dtype on "
+             f"each path (GFLOP/s: {rates}). Of matmul: the step's GFLOP/s over the best matmul rate of its "
+             "precision. Rule: the path `jit_compile=\"auto\"` takes (keras_attnconv/models/"
+             "step_compilation.py); fastest: the faster path of the two, measured here.", "",
+             "| model | precision | path | step ms | images/s | GFLOP/s | of matmul | rule | fastest | step vs resnet |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    resnet = {(r["precision"], r["path"]): r["step_ms"] for r in results["models"] if r["model"].startswith("resnet")}
+    for row in results["models"]:
+        ratio = row["step_ms"] / resnet.get((row["precision"], row["path"]), float("nan"))
+        lines.append(f"| `{row['model']}` | {row['precision']} | {row['path']} | {row['step_ms']:.0f} "
+                     f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
+                     f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
+                     f"| {'yes' if row['fastest'] else ''} | {ratio:.2f}x |")
     return "\n".join(lines)

@@ -118,10 +118,31 @@ def random_images(count, image_size, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (count, image_size, image_size, 3), dtype=np.uint8)
 
 
-def matmul_step(n, dtype):
-    """An n x n matmul in `dtype` (2 n^3 FLOPs) that waits for its result: the device's reference rate."""
+def compiled(function, jit_compile):
+    """`function` compiled as a training step with `jit_compile` would be: XLA, or TensorFlow's graph where False.
+
+    JAX compiles with XLA either way (its only compiler); other backends run it as it is.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=jit_compile)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    return function
+
+
+def matmul_step(n, dtype, jit_compile=True):
+    """An n x n matmul in `dtype` (2 n^3 FLOPs) that waits for its result: the device's reference rate.
+
+    With `jit_compile`, through XLA; without, through TensorFlow's graph (oneDNN on a CPU), as `compiled`.
+    """
     a = ops.cast(ops.convert_to_tensor(np.random.default_rng(0).normal(size=(n, n)).astype("float32")), dtype)
-    return lambda: ops.convert_to_numpy(ops.matmul(a, a)[0, 0])
+    product = compiled(lambda: ops.matmul(a, a)[0, 0], jit_compile)
+    return lambda: ops.convert_to_numpy(product())
 
 
 def run_in_workers(kind, cases, concurrently, program_memory=False):

@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.models.step_compilation import resolve_jit_compile
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.validation import dtype_policy
@@ -243,6 +244,11 @@ class ImageClassifier(keras.Model):
                                  "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
                                  f"that one. Received: loss={_loss_name(item)}")
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def _resolve_auto_jit_compile(self):
+        # Keras' `jit_compile="auto"` (no XLA where the model cannot take it, nor under tf.distribute), and
+        # XLA only where this package measured that it pays on this device (`step_compilation`).
+        return super()._resolve_auto_jit_compile() and resolve_jit_compile("auto", self.dtype_policy.name)
 
     def compile_from_config(self, config):
         # As Keras' own, which skips a custom `compile`: the config holds the arguments this one resolved.

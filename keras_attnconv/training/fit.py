@@ -134,8 +134,13 @@ def run_optimizer(config, schedule):
 def _fit(config, plan, run, resume_from=None):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
+    from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile
     from keras_attnconv.models.summary import trainable_parameters
 
+    jit_compile = resolve_jit_compile(config.jit_compile, config.precision)
+    if config.verbose:
+        print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
+              f"{config.precision})", file=sys.stderr)
     scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
     with scope:
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
@@ -144,7 +149,7 @@ def _fit(config, plan, run, resume_from=None):
             optimizer=run_optimizer(config, plan.schedule),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
-            jit_compile=config.jit_compile,
+            jit_compile=jit_compile,
         )
         backup = ResumableBackup(run.backup_dir)
         initial_epoch = backup.restore(model, resume_from)
@@ -191,7 +196,8 @@ def _fit(config, plan, run, resume_from=None):
         "trainable_parameters": trainable_parameters(model),
         "train_images_per_second": throughput.images_per_second,
         "precision": config.precision,
-        "jit_compile": config.jit_compile,
+        "jit_compile": jit_compile,  # as resolved on this device ("auto" in the recipe)
+        "step_path": describe_step_path(jit_compile),
         "replicas": plan.replicas,
         "wall_seconds_this_session": time.perf_counter() - start,
         "history": csv_history(run.history),  # every epoch, also those of the processes before a resume

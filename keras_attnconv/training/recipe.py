@@ -10,6 +10,7 @@ from pathlib import Path
 
 from keras_attnconv.export.root import DEFAULT_EXPORT_DIRS
 from keras_attnconv.models.precision import check_precision
+from keras_attnconv.models.step_compilation import check_jit_compile
 from keras_attnconv.optim import SCHEDULES
 from keras_attnconv.utils.checks import (
     check_bool,
@@ -66,7 +67,7 @@ class TrainConfig:
     decay_centers_and_spreads: bool = True
     normalization: str = "dataset"
     precision: str = "float32"
-    jit_compile: bool = True
+    jit_compile: "bool | str" = "auto"
     strategy: str = "default"
     seed: "int | None" = 0
     steps_per_epoch: "int | None" = None
@@ -97,7 +98,7 @@ class TrainConfig:
         check_real("weight_decay", self.weight_decay, low=0.0)
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
         check_bool("download", self.download)
-        check_bool("jit_compile", self.jit_compile)
+        check_jit_compile(self.jit_compile)
         check_precision(self.precision)
         check_choice("strategy", self.strategy, STRATEGIES)
         check_choice("schedule", self.schedule, SCHEDULES)

@@ -1,9 +1,15 @@
 """Reports of measurements: a JSON file and its markdown twin, with the machine they were measured on."""
 
+import functools
 import os
 import platform
 
 from keras_attnconv.utils.files import write_atomically, write_json
+
+# The CPU flags (Linux's /proc/cpuinfo names) of bfloat16 arithmetic units, fastest first.
+BFLOAT16_UNITS = {"amx_bf16": "AMX", "avx512_bf16": "AVX-512 BF16"}
+# The vector units reported beside CPU figures, widest first.
+VECTOR_UNITS = {"avx512f": "AVX-512", "avx2": "AVX2"}
 
 
 def report_paths(output):
@@ -30,7 +36,13 @@ def machine():
 
     return {"backend": keras.backend.backend(), "keras": keras.__version__, "python": platform.python_version(),
             "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform()}
+            "platform": platform.platform(), "cpu": _cpu_report()}
+
+
+def _cpu_report():
+    """`cpu_capabilities` as JSON: the flags as a sorted list."""
+    capabilities = cpu_capabilities()
+    return {**capabilities, "flags": sorted(capabilities["flags"])}
 
 
 def device_description():
@@ -52,8 +64,33 @@ def device_description():
 
         gpus = tf.config.list_physical_devices("GPU")
         name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else None
-        description.update(device=f"{name} (gpu)" if gpus else f"{platform.processor() or 'CPU'} (cpu)",
+        description.update(device=f"{name} (gpu)" if gpus else f"{cpu_capabilities()['model']} (cpu)",
                            tensorflow=tf.__version__)
     else:
         description["device"] = "unknown"
     return description
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_capabilities(cpuinfo="/proc/cpuinfo"):
+    """This CPU's model, its bfloat16 units and widest vector unit, from `cpuinfo` (Linux; unknown elsewhere).
+
+    Returns a dict: ``model``; ``bfloat16_units`` (``"AMX"``, ``"AVX-512 BF16"`` or None: no hardware
+    bfloat16 arithmetic, where oneDNN converts to float32); ``vector_units``; ``flags`` (the relevant
+    flags the CPU has, a frozenset).
+    """
+    model, flags = "unknown", frozenset()
+    try:
+        with open(cpuinfo) as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = frozenset(value.split()) & (set(BFLOAT16_UNITS) | set(VECTOR_UNITS))
+    except OSError:
+        pass
+    return {"model": model,
+            "bfloat16_units": next((name for flag, name in BFLOAT16_UNITS.items() if flag in flags), None),
+            "vector_units": next((name for flag, name in VECTOR_UNITS.items() if flag in flags), None),
+            "flags": flags}

@@ -1,0 +1,79 @@
+"""The path rule of a training step (`keras_attnconv.models.step_compilation`): which compiler for which device,
+CPU capability and precision, stated without timing anything (`attnconv bench --suite cpu` measures it)."""
+
+import keras
+import pytest
+
+from keras_attnconv.layers.path_rule import default_platform
+from keras_attnconv.models import build_model
+from keras_attnconv.models.precision import POLICY_NAMES
+from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile, uses_xla
+from keras_attnconv.utils.reports import cpu_capabilities
+
+CPU_KINDS = {"AMX": frozenset({"amx_bf16", "avx512_bf16", "avx512f", "avx2"}),
+             "AVX-512 BF16": frozenset({"avx512_bf16", "avx512f", "avx2"}),
+             "AVX2 only": frozenset({"avx2"})}
+
+
+@pytest.mark.parametrize("precision", POLICY_NAMES)
+@pytest.mark.parametrize("cpu", sorted(CPU_KINDS))
+def test_on_a_cpu_tensorflow_runs_the_graph_in_every_precision_with_or_without_bfloat16_units(cpu, precision):
+    # Measured: oneDNN uses AMX and AVX-512 BF16, XLA's CPU backend does not; in float32 the graph was faster too.
+    assert uses_xla("cpu", precision, "tensorflow", CPU_KINDS[cpu]) is False
+
+
+@pytest.mark.parametrize("precision", POLICY_NAMES)
+@pytest.mark.parametrize("platform", ["gpu", "tpu"])
+def test_on_an_accelerator_the_whole_step_is_xla(platform, precision):
+    assert uses_xla(platform, precision, "tensorflow") is True
+    assert uses_xla(platform, precision, "jax") is True
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_jax_always_compiles_and_torch_never(platform):
+    assert uses_xla(platform, "mixed_bfloat16", "jax", CPU_KINDS["AMX"]) is True  # JAX's only compiler
+    assert uses_xla(platform, "mixed_bfloat16", "torch") is False  # Keras' own default there
+
+
+@pytest.mark.parametrize("forced", [True, False])
+def test_true_and_false_force_a_path(forced):
+    assert resolve_jit_compile(forced, "mixed_bfloat16", platform="cpu", backend="tensorflow") is forced
+
+
+def test_auto_is_the_rule_for_this_device():
+    expected = uses_xla(default_platform(), "float32", keras.backend.backend(), cpu_capabilities()["flags"])
+    assert resolve_jit_compile("auto") is expected
+    assert describe_step_path(expected) == ("XLA" if expected else describe_step_path(False))
+
+
+@pytest.mark.parametrize("value", ["maybe", "True", 1, None])
+def test_anything_else_is_an_error_naming_the_argument_and_the_value(value):
+    with pytest.raises(ValueError, match=rf"`jit_compile` must be true, false or \"auto\".*"
+                                         rf"Received: jit_compile={value!r}"):
+        resolve_jit_compile(value)
+
+
+def test_a_models_own_compile_default_takes_the_rule():
+    model = build_model("quadratic_tiny", seed=0, num_layers=1, hidden_dim=9, intermediate_dim=9)
+    model.compile()
+    assert model.jit_compile is resolve_jit_compile("auto", model.dtype_policy.name)
+
+
+@pytest.mark.parametrize("flags, units, vectors", [
+    ("fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "AMX", "AVX-512"),
+    ("fpu avx2 avx512f avx512_bf16", "AVX-512 BF16", "AVX-512"),
+    ("fpu avx2", None, "AVX2"),
+])
+def test_cpu_capabilities_name_the_bfloat16_and_vector_units(tmp_path, flags, units, vectors):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+                       f"processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: {flags}\n")
+    capabilities = cpu_capabilities(str(cpuinfo))
+    assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["vector_units"]) == (
+        "Some CPU", units, vectors)
+
+
+def test_cpu_capabilities_of_a_machine_without_cpuinfo_are_unknown(tmp_path):
+    capabilities = cpu_capabilities(str(tmp_path / "absent"))
+    assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["flags"]) == ("unknown", None,
+                                                                                               frozenset())
