@@ -120,19 +120,22 @@ def _plot(args):
     import matplotlib
 
     matplotlib.use("Agg")
+    from keras_attnconv.training.figures import check_figures_directory, run_figures, write_figures
     from keras_attnconv.training.run_directory import RunDirectory
     from keras_attnconv.utils.files import check_writable
-    from keras_attnconv.training.figures import run_figures
 
+    if not 0 < args.dpi < 10_000:  # NaN too
+        raise ValueError(f"`dpi` must be a positive number of dots per inch. Received: dpi={args.dpi}")
     run = RunDirectory(args.source)
     default = run.figures_dir if run.is_ours() else Path("figures")
     out = Path(args.output) if args.output is not None else default
     check_writable(out, "output")  # before the figures are drawn
-    figures = run_figures(args.source)
-    for name, figure in figures.items():
-        out.mkdir(parents=True, exist_ok=True)
-        figure.savefig(out / f"{name}.png", dpi=120)
-        print(out / f"{name}.png")
+    check_figures_directory(out)
+    drawn = run_figures(args.source)
+    for path in write_figures(drawn.figures, out, dpi=args.dpi):
+        print(path)
+    for name, why in drawn.absent.items():
+        print(f"not drawn: {name}: {why}")
     return 0
 
 
@@ -253,10 +256,12 @@ def build_parser():
     serving.add_argument("--export-dir", help="export root (default: saved_models)")
     serving.set_defaults(handler=_serve)
 
-    plotting = add("plot", help="write the attention figures of a training run or a preset as PNG")
+    plotting = add("plot", help="draw a training run's or a preset's figures (attention, training curves) as PNG "
+                                "and SVG")
     plotting.add_argument("source", help="a training run directory or a preset directory")
     plotting.add_argument("--output", help="directory of the figures (default: SOURCE/figures for a run, "
                                            "./figures for a preset)")
+    plotting.add_argument("--dpi", type=float, default=100, help="resolution of the PNG files (default 100)")
     plotting.set_defaults(handler=_plot)
 
     converting = add("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
