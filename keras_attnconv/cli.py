@@ -152,15 +152,38 @@ def _convert(args):
     return 0
 
 
+def _chart_base(output):
+    """Where the chart of a report written to `output` goes: beside its JSON, ``X.png`` and ``X.svg``."""
+    from keras_attnconv.utils.reports import report_paths
+
+    return os.path.splitext(report_paths(output)[0])[0]
+
+
+def _write_chart(name, results, base):
+    """Draws `results` with ``analysis.charts.<name>`` and writes it as `base` (PNG and SVG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from keras_attnconv.analysis import charts
+    from keras_attnconv.utils.files import write_figure
+
+    figure = getattr(charts, name)(results)
+    write_figure(figure, base)
+    plt.close(figure)
+
+
 def _bench(args):
     from keras_attnconv import bench
-    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.utils.files import check_writable, figure_paths
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
                 "formats": "bench-formats.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
-    for path in report_paths(output):  # before the benchmark, not after it
+    chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
+    for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)
     if args.suite == "numerics":  # it trains: the application's, not the benchmarks'
         from keras_attnconv.training import numerics
@@ -172,26 +195,37 @@ def _bench(args):
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
+        _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     else:
-        print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
+        results = bench.run_benchmark(quick=args.quick, output=output)
+        print(bench.markdown_tables(results))
+        _write_chart("plot_speedups", results, chart)
     print("\nwrote {} and {}".format(*report_paths(output)))
+    if chart:
+        print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
 
 def _compare(args):
     from keras_attnconv.training.comparison import ENCODINGS, compare_models, markdown_table
+    from keras_attnconv.utils.files import check_writable, figure_paths
     from keras_attnconv.utils.reports import report_paths
 
     overrides = {"verbose": 0, "runs_dir": args.runs_dir}
     if args.epochs is not None:  # --epochs 0 is a value to check, not an absent one
         overrides["epochs"] = args.epochs
     models = args.models.split(",") if args.models is not None else ENCODINGS
+    chart = _chart_base(args.output)
+    for path in figure_paths(chart):  # before any training; compare_models checks its own files
+        check_writable(path, "output", file=True)
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
+    _write_chart("plot_comparison", results, chart)
     print("wrote {} and {}".format(*report_paths(args.output)))
+    print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
 
@@ -283,8 +317,9 @@ def build_parser():
                                    "precisions; formats: inference in each export format's runtime beside Keras")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
-                              help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "
-                                   "numerics.json, bench-formats.json)")
+                              help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
+                                   "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "
+                                   "bench-formats.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
@@ -292,7 +327,8 @@ def build_parser():
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
     comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
-    comparing.add_argument("--output", default="compare.json", help="JSON output (a .md table is written beside)")
+    comparing.add_argument("--output", default="compare.json",
+                           help="JSON output (a .md table and a chart, .png and .svg, are written beside)")
     comparing.set_defaults(handler=_compare)
     return parser
 
