@@ -177,7 +177,8 @@ def plot_attention_maps(model, image, queries, title=None):
     blocks = encoder_blocks(model)
     height, width = blocks[0].input.shape[1:3]
     queries = _as_queries(queries, height, width)
-    probabilities = attention_probabilities(model, image)
+    image = np.asarray(image)
+    probabilities = attention_probabilities(model, image)  # checks the image
     heads = max(p.shape[0] for p in probabilities)
     maps = {(q, layer): p[:, row * width + column].reshape(-1, height, width)
             for q, (row, column) in enumerate(queries) for layer, p in enumerate(probabilities)}
