@@ -72,28 +72,29 @@ def plot_speedups(results):
     comparisons = results["settings"]["comparisons"]
     resnet = {row["precision"]: row["step_ms"] for row in results["models"] if row["model"].startswith("resnet")}
     models = [row for row in results["models"] if row["precision"] in resnet and not row["model"].startswith("resnet")]
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    figure, axes = plt.subplots(1, 2, figsize=(11, max(3.6, 1.2 + 0.35 * len(models))), layout="constrained")
     for index, name in enumerate(comparisons):
         rows = sorted((row for row in results["layer"] if row["comparison"] == name),
                       key=lambda row: _token_count(row["tokens"]))
         axes[0].plot([_token_count(row["tokens"]) for row in rows], [row["speedup"] for row in rows],
                      **series_style(index),
-                     label=f"{name}: {rows[0]['fast_mode'] if rows else ''} vs baseline")
+                     label=f"{name}: {rows[0]['fast_mode']} vs {rows[0].get('baseline_mode', 'baseline')}")
     axes[0].axhline(1.0, color="black", linewidth=0.8)
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlabel("tokens (attention grid pixels)")
     axes[0].set_ylabel("speed-up of the fast path (x)")
     axes[0].set_title("attention layer, forward + backward")
     axes[0].legend(fontsize="small")
-    labels = [f"{row['model']}\n{row['precision']}" for row in models]
+    labels = [f"{row['model']} ({row['precision']})" for row in models]
     ratios = [row["step_ms"] / resnet[row["precision"]] for row in models]
-    bars = axes[1].bar(range(len(models)), ratios, color=[COLORS[i % len(COLORS)] for i in range(len(models))],
-                       edgecolor="black")
+    bars = axes[1].barh(range(len(models)), ratios, color=[COLORS[i % len(COLORS)] for i in range(len(models))],
+                        edgecolor="black")
     for index, bar in enumerate(bars):
         bar.set_hatch(HATCHES[index % len(HATCHES)])
-    axes[1].set_xticks(range(len(models)), labels, fontsize="small")
-    axes[1].axhline(1.0, color="black", linewidth=0.8)
-    axes[1].set_ylabel("training step time / ResNet's (x)")
+    axes[1].set_yticks(range(len(models)), labels, fontsize="small")
+    axes[1].invert_yaxis()  # the table's order, top to bottom
+    axes[1].axvline(1.0, color="black", linewidth=0.8)
+    axes[1].set_xlabel("training step time / ResNet's (x)")
     axes[1].set_title("training step against ResNet")
     for axis in axes:
         axis.grid(True, linewidth=0.3, alpha=0.5)
