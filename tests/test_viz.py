@@ -111,7 +111,7 @@ def test_centers_history_draws_each_heads_trajectory_with_its_start_and_end():
     np.testing.assert_array_equal(trajectory.get_xydata(), history["encoder_0"][:, 0, ::-1])
     assert start.get_fillstyle() == "none" and end.get_fillstyle() == "full"
     np.testing.assert_array_equal(end.get_xydata(), history["encoder_0"][-1:, 0, ::-1])
-    assert axis.get_title() == "layer 1 (encoder_0), 3 epochs"
+    assert axis.get_title() == f"layer 1 (encoder_0), 3 epochs\nlargest move {3 * np.sqrt(2):.2g} pixels"
     assert axis.get_xlabel() == "column shift (pixels)" and "Figure 3" in figure.get_suptitle()
     assert _legend_texts(figure)[-3:] == ["start", "end", "query pixel"]
 

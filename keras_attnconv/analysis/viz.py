@@ -251,7 +251,10 @@ def plot_centers_history(history, columns=3, title="Attention centers during tra
                       markersize=5)
         axis.plot(0, 0, "s", color="black", markersize=6)
         _shift_axes(axis, max(4.0, float(np.abs(path).max()) + 1))
-        axis.set_title(f"{_layer_title(index, name)}, {path.shape[0] - 1} epochs", fontsize="medium")
+        # After a few epochs the moves are a fraction of a pixel: the title says how far, the panel where.
+        moved = float(np.linalg.norm(path[-1] - path[0], axis=-1).max(initial=0.0))
+        axis.set_title(f"{_layer_title(index, name)}, {path.shape[0] - 1} epochs\nlargest move {moved:.2g} pixels",
+                       fontsize="medium")
     ends = [Line2D([], [], color="grey", marker="o", fillstyle=fill, linestyle="none", label=label)
             for fill, label in (("none", "start"), ("full", "end"))]
     _legend_below(figure, [_head_handle(head) for head in range(heads)] + ends + [_query_handle()])
