@@ -262,3 +262,17 @@ def test_a_runs_figures_directory_is_the_packages(tmp_path):
     (run / "figures" / "curves.png").write_bytes(b"old")  # written by an earlier version, before the mark
     write_figures({"curves": plot_training_curves({"loss": [1.0]})}, run / "figures")
     assert (run / "figures" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_run_still_training_is_drawn_from_its_best_checkpoint_so_far(tmp_path):
+    import json
+
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    run.config_file.write_text(json.dumps({"dataset": "cifar10_sample", "model": "learned_tiny"}))
+    run.best_checkpoint.parent.mkdir()
+    build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32}).save(run.best_checkpoint)
+    run.history.write_text(HISTORY_CSV)
+    drawn = run_figures(run.path)  # no preset/ yet
+    assert sorted(drawn.figures) == ["attention_maps_0", "attention_maps_1", "training_curves"]
+    assert len(_head_panels(drawn.figures["attention_maps_0"])) == 2 * 2 * 9

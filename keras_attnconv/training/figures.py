@@ -9,7 +9,8 @@ What is drawn, where it applies (`run_figures`):
   image ``i`` of the model's dataset (any attention model, windowed ones with their window).
 
 A preset made by `attnconv train` records its run (``training_run`` in its
-metadata), whose history it is drawn with. What does not apply, or cannot be
+metadata), whose history it is drawn with; a run still training is drawn from
+its best checkpoint so far. What does not apply, or cannot be
 drawn here (a ResNet's attention, images that would need a download), is
 named with the reason in `RunFigures.absent`.
 
@@ -48,19 +49,33 @@ def map_queries(height, width):
     return [(height // 2, width // 2), (height // 4, width // 4)]
 
 
-def _training_run(source, preset):
-    """The run directory behind `source` (itself, or the run its preset records), or None."""
-    from keras_attnconv.models.presets import load_preset_metadata
-    from keras_attnconv.training.run_directory import RunDirectory
+def _what_to_draw(source):
+    """``(model, metadata, run)``: the model of `source`, what its dataset and recipe were, and its run (or None).
 
-    if RunDirectory(source).is_ours():
-        return RunDirectory(source)
-    recorded = load_preset_metadata(preset).get("training_run")
-    if isinstance(recorded, str):
+    A preset's model with its metadata, and the run it records (or `source` itself,
+    when it is the run); a run still training (no preset yet) gives its best
+    checkpoint so far, with its ``config.json`` as the recipe.
+    """
+    import keras
+
+    from keras_attnconv.models.presets import from_preset, load_preset_metadata
+    from keras_attnconv.training.run_directory import RunDirectory, preset_of
+
+    source_run = RunDirectory(source)
+    try:
+        preset = preset_of(source)
+    except FileNotFoundError:
+        if not (source_run.is_ours() and source_run.best_checkpoint.exists()):
+            raise
+        config = source_run.read_config() or {}
+        model = keras.saving.load_model(source_run.best_checkpoint, compile=False)
+        return model, {"dataset": config.get("dataset"), "recipe": config}, source_run
+    metadata = load_preset_metadata(preset)
+    run = source_run if source_run.is_ours() else None
+    recorded = metadata.get("training_run")
+    if run is None and isinstance(recorded, str) and RunDirectory(Path(preset) / recorded).is_ours():
         run = RunDirectory(Path(preset) / recorded)
-        if run.is_ours():
-            return run
-    return None
+    return from_preset(preset), metadata, run
 
 
 def _history_figures(run, drawn, absent):
@@ -82,13 +97,11 @@ def _history_figures(run, drawn, absent):
         absent["centers_history"] = f"no {run.CENTERS} in {run.path} (recorded for quadratic and Gaussian heads)"
 
 
-def _validation_images(preset, model):
-    """``(indices, images, labels)`` of the first validation images of the model's dataset, or a reason string."""
-    from keras_attnconv.models.presets import load_preset_metadata
+def _validation_images(metadata, model):
+    """``(split, images, labels)`` of the first validation images of the model's dataset, or a reason string."""
     from keras_attnconv.training.data import dataset_info, load_arrays
 
-    metadata = load_preset_metadata(preset)
-    dataset = metadata.get("dataset", "cifar10_sample")
+    dataset = metadata.get("dataset") or "cifar10_sample"
     recipe = metadata.get("recipe") if isinstance(metadata.get("recipe"), dict) else {}
     try:
         split = recipe.get("eval_split") or dataset_info(dataset).eval_split
@@ -101,7 +114,7 @@ def _validation_images(preset, model):
     return split, images[:count], labels[:count]
 
 
-def _attention_figures(preset, model, drawn, absent):
+def _attention_figures(metadata, model, drawn, absent):
     from keras_attnconv.models import AttentionClassifier
 
     if not isinstance(model, AttentionClassifier):
@@ -113,7 +126,7 @@ def _attention_figures(preset, model, drawn, absent):
         drawn["attention_centers"] = plot_attention_centers(model)
     except ValueError as error:  # learned or content encodings: no centers
         absent["attention_centers"] = str(error)
-    found = _validation_images(preset, model)
+    found = _validation_images(metadata, model)
     if isinstance(found, str):
         absent["attention_maps"] = found
         return
@@ -128,18 +141,14 @@ def _attention_figures(preset, model, drawn, absent):
 
 
 def run_figures(source):
-    """The figures of a training run directory or a preset, from its (best) model, as `RunFigures`.
+    """The figures of a training run directory (finished or not) or a preset, from its best model, as `RunFigures`.
 
     A source with nothing to draw (a ResNet preset with no run) is a ValueError saying why.
     """
-    from keras_attnconv.models.presets import from_preset
-    from keras_attnconv.training.run_directory import preset_of
-
-    preset = preset_of(source)
-    model = from_preset(preset)
+    model, metadata, run = _what_to_draw(source)
     drawn, absent = {}, {}
-    _history_figures(_training_run(source, preset), drawn, absent)
-    _attention_figures(preset, model, drawn, absent)
+    _history_figures(run, drawn, absent)
+    _attention_figures(metadata, model, drawn, absent)
     if not drawn:
         reasons = "; ".join(f"{name}: {why}" for name, why in absent.items())
         raise ValueError(f"Nothing to draw for {source}: its model {model.name} ({type(model).__name__}) gives no "
