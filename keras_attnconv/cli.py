@@ -160,9 +160,16 @@ def _chart_base(output):
 
 
 def _write_chart(name, results, base):
-    """Draws `results` with ``analysis.charts.<name>`` and writes it as `base` (PNG and SVG)."""
-    import matplotlib
+    """Draws `results` with ``analysis.charts.<name>`` and writes it as `base` (PNG and SVG); returns whether it did.
 
+    The measurements are the command's result, the chart a view of them: a
+    machine without matplotlib (a bare accelerator image) keeps its results and says why there is no chart.
+    """
+    try:
+        import matplotlib
+    except ImportError as error:
+        print(f"no chart: {error}", file=sys.stderr)
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -172,6 +179,7 @@ def _write_chart(name, results, base):
     figure = getattr(charts, name)(results)
     write_figure(figure, base)
     plt.close(figure)
+    return True
 
 
 def _bench(args):
@@ -185,6 +193,7 @@ def _bench(args):
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)
+    drawn = False
     if args.suite == "numerics":  # it trains: the application's, not the benchmarks'
         from keras_attnconv.training import numerics
 
@@ -195,16 +204,16 @@ def _bench(args):
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
-        _write_chart("plot_gpu_steps", results, chart)
+        drawn = _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     else:
         results = bench.run_benchmark(quick=args.quick, output=output)
         print(bench.markdown_tables(results))
-        _write_chart("plot_speedups", results, chart)
+        drawn = _write_chart("plot_speedups", results, chart)
     print("\nwrote {} and {}".format(*report_paths(output)))
-    if chart:
+    if chart and drawn:
         print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
@@ -223,9 +232,10 @@ def _compare(args):
         check_writable(path, "output", file=True)
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
-    _write_chart("plot_comparison", results, chart)
+    drawn = _write_chart("plot_comparison", results, chart)
     print("wrote {} and {}".format(*report_paths(args.output)))
-    print("drew {} and {}".format(*figure_paths(chart)))
+    if drawn:
+        print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
 

@@ -357,3 +357,9 @@ def test_a_name_or_path_on_the_command_line_is_the_text_given(tmp_path, monkeypa
     assert cli.main(["train", "--run-dir", text, "--name", text, "--export-dir", text, "--epochs", "3"]) == 0
     config = given["config"]
     assert (config.run_dir, config.name, config.export_dir, config.epochs) == (text, text, text, 3)
+
+
+def test_a_chart_needs_matplotlib_and_its_absence_keeps_the_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what a machine without it raises on import
+    assert cli._write_chart("plot_comparison", {"rows": []}, str(tmp_path / "chart")) is False
+    assert capsys.readouterr().err.startswith("no chart: ") and list(tmp_path.iterdir()) == []
