@@ -120,19 +120,22 @@ def _plot(args):
     import matplotlib
 
     matplotlib.use("Agg")
+    from keras_attnconv.training.figures import check_figures_directory, run_figures, write_figures
     from keras_attnconv.training.run_directory import RunDirectory
     from keras_attnconv.utils.files import check_writable
-    from keras_attnconv.training.figures import run_figures
 
+    if not 0 < args.dpi < 10_000:  # NaN too
+        raise ValueError(f"`dpi` must be a positive number of dots per inch. Received: dpi={args.dpi}")
     run = RunDirectory(args.source)
     default = run.figures_dir if run.is_ours() else Path("figures")
     out = Path(args.output) if args.output is not None else default
     check_writable(out, "output")  # before the figures are drawn
-    figures = run_figures(args.source)
-    for name, figure in figures.items():
-        out.mkdir(parents=True, exist_ok=True)
-        figure.savefig(out / f"{name}.png", dpi=120)
-        print(out / f"{name}.png")
+    check_figures_directory(out)
+    drawn = run_figures(args.source)
+    for path in write_figures(drawn.figures, out, dpi=args.dpi):
+        print(path)
+    for name, why in drawn.absent.items():
+        print(f"not drawn: {name}: {why}")
     return 0
 
 
@@ -149,16 +152,48 @@ def _convert(args):
     return 0
 
 
+def _chart_base(output):
+    """Where the chart of a report written to `output` goes: beside its JSON, ``X.png`` and ``X.svg``."""
+    from keras_attnconv.utils.reports import report_paths
+
+    return os.path.splitext(report_paths(output)[0])[0]
+
+
+def _write_chart(name, results, base):
+    """Draws `results` with ``analysis.charts.<name>`` and writes it as `base` (PNG and SVG); returns whether it did.
+
+    The measurements are the command's result, the chart a view of them: a
+    machine without matplotlib (a bare accelerator image) keeps its results and says why there is no chart.
+    """
+    try:
+        import matplotlib
+    except ImportError as error:
+        print(f"no chart: {error}", file=sys.stderr)
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from keras_attnconv.analysis import charts
+    from keras_attnconv.utils.files import write_figure
+
+    figure = getattr(charts, name)(results)
+    write_figure(figure, base)
+    plt.close(figure)
+    return True
+
+
 def _bench(args):
     from keras_attnconv import bench
-    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.utils.files import check_writable, figure_paths
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
                 "formats": "bench-formats.json", "steps": "bench-steps.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
-    for path in report_paths(output):  # before the benchmark, not after it
+    chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
+    for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)
+    drawn = False
     if args.suite == "numerics":  # it trains: the application's, not the benchmarks'
         from keras_attnconv.training import numerics
 
@@ -169,28 +204,40 @@ def _bench(args):
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
+        drawn = _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     elif args.suite == "steps":
         print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output)))
     else:
-        print(bench.markdown_tables(bench.run_benchmark(quick=args.quick, output=output)))
+        results = bench.run_benchmark(quick=args.quick, output=output)
+        print(bench.markdown_tables(results))
+        drawn = _write_chart("plot_speedups", results, chart)
     print("\nwrote {} and {}".format(*report_paths(output)))
+    if chart and drawn:
+        print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
 
 def _compare(args):
     from keras_attnconv.training.comparison import ENCODINGS, compare_models, markdown_table
+    from keras_attnconv.utils.files import check_writable, figure_paths
     from keras_attnconv.utils.reports import report_paths
 
     overrides = {"verbose": 0, "runs_dir": args.runs_dir}
     if args.epochs is not None:  # --epochs 0 is a value to check, not an absent one
         overrides["epochs"] = args.epochs
     models = args.models.split(",") if args.models is not None else ENCODINGS
+    chart = _chart_base(args.output)
+    for path in figure_paths(chart):  # before any training; compare_models checks its own files
+        check_writable(path, "output", file=True)
     results = compare_models(args.recipe, models=models, output=args.output, **overrides)
     print(markdown_table(results))
+    drawn = _write_chart("plot_comparison", results, chart)
     print("wrote {} and {}".format(*report_paths(args.output)))
+    if drawn:
+        print("drew {} and {}".format(*figure_paths(chart)))
     return 0
 
 
@@ -255,10 +302,12 @@ def build_parser():
     serving.add_argument("--export-dir", help="export root (default: saved_models)")
     serving.set_defaults(handler=_serve)
 
-    plotting = add("plot", help="write the attention figures of a training run or a preset as PNG")
+    plotting = add("plot", help="draw a training run's or a preset's figures (attention, training curves) as PNG "
+                                "and SVG")
     plotting.add_argument("source", help="a training run directory or a preset directory")
     plotting.add_argument("--output", help="directory of the figures (default: SOURCE/figures for a run, "
                                            "./figures for a preset)")
+    plotting.add_argument("--dpi", type=float, default=100, help="resolution of the PNG files (default 100)")
     plotting.set_defaults(handler=_plot)
 
     converting = add("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
@@ -282,8 +331,9 @@ def build_parser():
                                    "that the jit_compile=auto rule stands on")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
-                              help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "
-                                   "numerics.json, bench-formats.json)")
+                              help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
+                                   "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "
+                                   "bench-formats.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
@@ -291,7 +341,8 @@ def build_parser():
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
     comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
-    comparing.add_argument("--output", default="compare.json", help="JSON output (a .md table is written beside)")
+    comparing.add_argument("--output", default="compare.json",
+                           help="JSON output (a .md table and a chart, .png and .svg, are written beside)")
     comparing.set_defaults(handler=_compare)
     return parser
 

@@ -22,6 +22,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
+    assert (tmp_path / "bench.png").exists() and (tmp_path / "bench.svg").exists()  # the speed-ups as a chart
     paths = ["xla", "graph"] if keras.backend.backend() == "tensorflow" else ["xla"]
     # QUICK's precision, for each of its two models on each path:
     assert [model.get_layer("pool").dtype_policy.name for model in built] == ["float32"] * 2 * len(paths)

@@ -127,7 +127,13 @@ def test_console_script_help():
     assert "list" in result.stdout
 
 
-def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
+def _written_and_absent(out):
+    lines = out.splitlines()
+    return [line for line in lines if not line.startswith("not drawn: ")], \
+        [line for line in lines if line.startswith("not drawn: ")]
+
+
+def test_plot_writes_each_figure_of_a_run_or_a_preset_as_png_and_svg(tmp_path, capsys):
     from keras_attnconv import build_model, save_to_preset
     from keras_attnconv.training.run_directory import RunDirectory
 
@@ -135,13 +141,17 @@ def test_plot_writes_each_figure_of_a_run_or_a_preset(tmp_path, capsys):
     RunDirectory(run).claim()  # a run directory of the package: its figures go into it
     model = build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
     save_to_preset(model, run / "preset", metadata={"dataset": "cifar10_sample"})
-    names = ("attention_centers", "attention_maps")
-    assert cli.main(["plot", str(run)]) == 0
-    written = capsys.readouterr().out.split()
-    assert written == [str(run / "figures" / f"{name}.png") for name in names]
-    assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written)
-    assert cli.main(["plot", str(run / "preset"), "--output", str(tmp_path / "elsewhere")]) == 0
-    assert capsys.readouterr().out.split() == [str(tmp_path / "elsewhere" / f"{name}.png") for name in names]
+    (run / "history.csv").write_text("epoch,loss,learning_rate\n0,2.0,0.1\n")
+    names = ("training_curves", "attention_centers", "attention_maps_0", "attention_maps_1")
+    assert cli.main(["plot", str(run), "--dpi", "40"]) == 0
+    written, absent = _written_and_absent(capsys.readouterr().out)
+    assert written == [str(run / "figures" / f"{name}.{suffix}") for name in names for suffix in ("png", "svg")]
+    assert absent == [f"not drawn: centers_history: no centers_history.npz in {run} (recorded for quadratic and "
+                      "Gaussian heads)"]
+    assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written[::2])
+    assert cli.main(["plot", str(run / "preset"), "--output", str(tmp_path / "elsewhere"), "--dpi", "40"]) == 0
+    written, _ = _written_and_absent(capsys.readouterr().out)
+    assert written == [str(tmp_path / "elsewhere" / f"{name}.{suffix}") for name in names[1:] for suffix in ("png", "svg")]
     preset_files = [MARKER, "config.json", "metadata.json", "model.weights.h5"]
     assert sorted(p.name for p in (run / "preset").iterdir()) == preset_files
 
@@ -237,8 +247,24 @@ def test_plot_of_a_model_with_nothing_to_draw_says_so(tmp_path, capsys):
     preset = save_to_preset(build_model("resnet_tiny"), tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
     assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Nothing to draw" in err and "it has no attention heads" in err
+    assert err.count("\n") == 1 and "Nothing to draw" in err and "has no attention heads" in err
     assert not (tmp_path / "figures").exists()
+
+
+def test_plot_of_a_resnet_run_draws_its_curves_and_says_why_the_rest_is_absent(tmp_path, capsys):
+    from keras_attnconv import build_model, save_to_preset
+    from keras_attnconv.training.run_directory import RunDirectory
+
+    run = tmp_path / "run"
+    RunDirectory(run).claim()
+    save_to_preset(build_model("resnet_tiny"), run / "preset", metadata={"dataset": "cifar10_sample"})
+    (run / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,2.1\n1,1.5,1.8\n")
+    assert cli.main(["plot", str(run), "--dpi", "40"]) == 0
+    written, absent = _written_and_absent(capsys.readouterr().out)
+    assert written == [str(run / "figures" / f"training_curves.{suffix}") for suffix in ("png", "svg")]
+    assert [line.split(":")[1].strip() for line in absent] == ["centers_history", "attention_centers",
+                                                               "attention_maps"]
+    assert absent[-1] == "not drawn: attention_maps: ResNet resnet_tiny has no attention heads"
 
 
 def test_plot_draws_the_windows_of_a_windowed_model(tmp_path, capsys):
@@ -246,8 +272,24 @@ def test_plot_draws_the_windows_of_a_windowed_model(tmp_path, capsys):
 
     model = build_model("absolute_learned_local_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
     preset = save_to_preset(model, tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
-    assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures")]) == 0
-    assert capsys.readouterr().out.split() == [str(tmp_path / "figures" / "attention_maps.png")]
+    assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures"), "--dpi", "40"]) == 0
+    written, _ = _written_and_absent(capsys.readouterr().out)
+    assert written == [str(tmp_path / "figures" / f"attention_maps_{i}.{suffix}") for i in (0, 1)
+                       for suffix in ("png", "svg")]
+
+
+def test_plot_never_replaces_a_users_file(tmp_path, capsys):
+    from keras_attnconv import build_model, save_to_preset
+
+    preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
+                            tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "attention_centers.svg").write_text("mine")
+    assert cli.main(["plot", str(preset), "--output", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attention_centers.svg exists" in err and f"Received: output='{mine}'" in err
+    assert [p.name for p in mine.iterdir()] == ["attention_centers.svg"] and (mine / "attention_centers.svg").read_text() == "mine"
 
 
 @pytest.mark.parametrize("content, reason", [
@@ -316,3 +358,9 @@ def test_a_name_or_path_on_the_command_line_is_the_text_given(tmp_path, monkeypa
     assert cli.main(["train", "--run-dir", text, "--name", text, "--export-dir", text, "--epochs", "3"]) == 0
     config = given["config"]
     assert (config.run_dir, config.name, config.export_dir, config.epochs) == (text, text, text, 3)
+
+
+def test_a_chart_needs_matplotlib_and_its_absence_keeps_the_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what a machine without it raises on import
+    assert cli._write_chart("plot_comparison", {"rows": []}, str(tmp_path / "chart")) is False
+    assert capsys.readouterr().err.startswith("no chart: ") and list(tmp_path.iterdir()) == []

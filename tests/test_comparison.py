@@ -165,6 +165,9 @@ def test_an_output_named_for_either_format_writes_both_files(recipe, tmp_path, c
 
     assert cli.main(["compare", "--recipe", str(recipe), "--models", MODELS[0], "--runs-dir", str(tmp_path / "runs"),
                      "--output", str(tmp_path / "res.md")]) == 0
-    assert f"wrote {tmp_path / 'res.json'} and {tmp_path / 'res.md'}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'res.json'} and {tmp_path / 'res.md'}" in out
+    assert f"drew {tmp_path / 'res.png'} and {tmp_path / 'res.svg'}" in out  # the table as a chart, beside it
+    assert (tmp_path / "res.png").read_bytes()[:4] == b"\x89PNG" and b"<svg" in (tmp_path / "res.svg").read_bytes()
     assert json.loads((tmp_path / "res.json").read_text())["rows"][0]["model"] == MODELS[0]
     assert (tmp_path / "res.md").read_text().startswith("Recipe ")

@@ -18,4 +18,5 @@ def test_quickstart_notebook_executes(monkeypatch):
             exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}", "exec"), namespace)
     assert set(namespace["history"].history) >= {"loss", "val_loss", "accuracy", "val_accuracy"}
     assert namespace["accuracy"] > 0.12  # above chance after one epoch on real images
-    assert len(namespace["figure"].axes) == 2
+    assert [axis.get_title() for axis in namespace["figure"].axes] == ["loss", "accuracy"]  # fit logs no rate
+    assert [len(epochs) for epochs in namespace["centers"].history.values()] == [2, 2]  # the start and one epoch

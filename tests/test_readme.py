@@ -230,3 +230,14 @@ def test_every_package_and_test_file_the_documentation_names_exists():
                 failed.append(f"{page.relative_to(ROOT)}: {path}")
     assert checked > 20
     assert not failed, "\n".join(failed)
+
+
+def test_the_front_pages_figures_are_committed_files_drawn_by_the_command_it_names():
+    text = README.read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    assert len(images) >= 2
+    command = re.search(r"`(attnconv plot runs/quick --output (\S+) --dpi \d+)`", text)
+    assert command, "the README names the command that draws its figures"
+    for image in images:
+        assert (ROOT / image).is_file() and (ROOT / image).parent == ROOT / command.group(2), image
+        assert (ROOT / image).stat().st_size < 150_000, f"{image}: keep the front page's figures small (low dpi)"

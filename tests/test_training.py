@@ -37,7 +37,9 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
     run = tmp_path / "run"
     assert json.loads((run / "config.json").read_text())["model"] == "quadratic_tiny"
     assert json.loads((run / "metrics.json").read_text())["optimizer_steps"] == 2 * 8
-    assert len((run / "history.csv").read_text().strip().splitlines()) == 1 + 2
+    header, *epochs = (run / "history.csv").read_text().strip().splitlines()
+    assert len(epochs) == 2 and "learning_rate" in header.split(",")  # the training curves draw the schedule
+    assert metrics["eval_examples"] == 40  # the small split's images: the standard error of the accuracy needs it
     assert any((run / "logs").rglob("events.out.tfevents.*"))
     best = keras.saving.load_model(run / "checkpoints" / "best.keras")
     assert best.output_shape == (None, 10)

@@ -1,22 +1,43 @@
-"""The attention figures: panels per layer/head, centers drawn where the layers put them, files written."""
+"""The figures: panels per layer/head/query, legends, axis labels and colour bars, centers drawn where the layers
+put them, every family of the zoo plotted, and files written only where the package may write them."""
 
 import keras
 import matplotlib
+import matplotlib.pyplot
 import numpy as np
 import pytest
 from keras import ops
 
 matplotlib.use("Agg")
 
-from keras_attnconv import build_model, save_to_preset
+from keras_attnconv import build_model, list_models, save_to_preset
 from keras_attnconv.analysis import viz
-from keras_attnconv.training.figures import run_figures
+from keras_attnconv.analysis.attention import layer_centers
+from keras_attnconv.analysis.curves import plot_training_curves
+from keras_attnconv.training.figures import run_figures, write_figures
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import MARKER, write_mark
 
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 12}
+HISTORY_CSV = "epoch,accuracy,learning_rate,loss,val_accuracy,val_loss\n0,0.2,0.1,2.2,0.25,2.1\n1,0.3,0.05,2.0,0.3,2.0\n"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")
+
+
+def _legend_texts(figure):
+    return [text.get_text() for legend in figure.legends for text in legend.get_texts()]
+
+
+def _head_panels(figure):
+    return [axis for axis in figure.axes if axis.get_label().startswith("attention:")]
 
 
 @pytest.mark.parametrize("name", ["quadratic_tiny", "gaussian_tiny"])
-def test_centers_figure_draws_each_layers_centers(name):
+def test_centers_figure_draws_each_layers_centers_and_contours(name):
     model = build_model(name, seed=0, **SMALL)
     figure = viz.plot_attention_centers(model)
     axes = [a for a in figure.axes if a.get_visible()]
@@ -28,17 +49,52 @@ def test_centers_figure_draws_each_layers_centers(name):
         assert len(axis.patches) == 2 * 9 + 1  # 50% and 90% contour per head, and the query pixel
 
 
-def test_attention_maps_have_one_panel_per_head_and_layer():
+def test_centers_figure_has_pixel_axes_and_a_legend_of_heads_contours_and_query():
+    figure = viz.plot_attention_centers(build_model("quadratic_tiny", seed=0, **SMALL))
+    for axis in figure.axes:
+        assert (axis.get_xlabel(), axis.get_ylabel()) == ("column shift (pixels)", "row shift (pixels)")
+        assert axis.get_title().startswith("layer ")
+    assert _legend_texts(figure) == [f"head {h}" for h in range(1, 10)] + [
+        "50% of the attention", "90% of the attention", "query pixel"]
+    assert "Figure 4" in figure.get_suptitle()
+
+
+def test_heads_differ_by_marker_not_only_by_colour():
+    figure = viz.plot_attention_centers(build_model("quadratic_tiny", seed=0, **SMALL))
+    assert len({line.get_marker() for line in figure.axes[0].lines}) == 9  # a greyscale print tells them apart
+
+
+def test_attention_maps_have_one_panel_per_head_layer_and_query():
     model = build_model("quadratic_tiny", seed=0, **SMALL)
-    figure = viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), query=(3, 2))
-    images = [a for a in figure.axes if a.get_visible() and a.images]
-    assert len(images) == 2 * 9
-    probabilities = images[0].images[0].get_array()
+    figure = viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), queries=[(3, 2), (1, 1)])
+    panels = _head_panels(figure)
+    assert len(panels) == 2 * 2 * 9  # queries x layers x heads
+    assert [a.get_label() for a in figure.axes if a.get_label().startswith("image:")] == [
+        "image: query (3, 2)", "image: query (1, 1)"]
+    probabilities = panels[0].images[0].get_array()
     assert probabilities.shape == (6, 6) and np.isclose(probabilities.sum(), 1.0, atol=1e-5)
-    with pytest.raises(ValueError, match=r"query=\(6, 0\)"):
-        viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), query=(6, 0))
+    assert [a.get_title() for a in panels[:9]] == [f"head {h}" for h in range(1, 10)]
+
+
+def test_attention_maps_share_one_colour_bar_of_probabilities():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    figure = viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), queries=(3, 2))
+    images = [panel.images[0] for panel in _head_panels(figure)]
+    colorbars = [image.colorbar for image in images if image.colorbar is not None]
+    assert len(colorbars) == 1 and colorbars[0].ax.get_ylabel() == "attention probability"
+    assert all(image.norm is images[0].norm for image in images)  # one scale: the bar reads every panel
+    assert images[0].norm.vmax == max(image.get_array().max() for image in images)
+    assert _legend_texts(figure) == ["query pixel"]
+
+
+def test_attention_maps_reject_a_query_off_the_grid_and_a_float_image():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    with pytest.raises(ValueError, match=r"6x6 attention grid. Received: queries=\(6, 0\)"):
+        viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), queries=(6, 0))
+    with pytest.raises(ValueError, match=r"Received: queries='ab'"):
+        viz.plot_attention_maps(model, np.zeros((12, 12, 3), np.uint8), queries="ab")
     with pytest.raises(ValueError, match="uint8 image.*Received: image float64"):
-        viz.plot_attention_maps(model, np.zeros((12, 12, 3)), query=(3, 2))
+        viz.plot_attention_maps(model, np.zeros((12, 12, 3)), queries=(3, 2))
 
 
 def test_models_without_centers_are_rejected():
@@ -46,9 +102,40 @@ def test_models_without_centers_are_rejected():
         viz.plot_attention_centers(build_model("learned_tiny", **SMALL))
 
 
+def test_centers_history_draws_each_heads_trajectory_with_its_start_and_end():
+    history = {"encoder_0": np.cumsum(np.ones((4, 9, 2)), axis=0), "encoder_1": np.zeros((4, 9, 2))}
+    figure = viz.plot_centers_history(history)
+    axis = figure.axes[0]
+    assert len(axis.lines) == 3 * 9 + 1  # per head: trajectory, start, end; then the query pixel
+    trajectory, start, end = axis.lines[:3]
+    np.testing.assert_array_equal(trajectory.get_xydata(), history["encoder_0"][:, 0, ::-1])
+    assert start.get_fillstyle() == "none" and end.get_fillstyle() == "full"
+    np.testing.assert_array_equal(end.get_xydata(), history["encoder_0"][-1:, 0, ::-1])
+    assert axis.get_title() == f"layer 1 (encoder_0), 3 epochs\nlargest move {3 * np.sqrt(2):.2g} pixels"
+    assert axis.get_xlabel() == "column shift (pixels)" and "Figure 3" in figure.get_suptitle()
+    assert _legend_texts(figure)[-3:] == ["start", "end", "query pixel"]
+
+
+def test_training_curves_draw_loss_accuracy_and_learning_rate_per_epoch():
+    history = {"loss": [2.2, 2.0, 1.9], "val_loss": [2.1, 2.0, 1.95], "accuracy": [0.2, 0.3, 0.35],
+               "val_accuracy": [0.25, 0.3, 0.33], "learning_rate": [0.1, 0.05, 0.01]}
+    figure = plot_training_curves(history)
+    assert [axis.get_title() for axis in figure.axes] == ["loss", "accuracy", "learning rate"]
+    assert all(axis.get_xlabel() == "epoch" for axis in figure.axes)
+    loss = figure.axes[0]
+    assert [line.get_label() for line in loss.lines] == ["training", "validation"]
+    assert loss.get_legend() is not None and loss.lines[0].get_marker() != loss.lines[1].get_marker()
+    np.testing.assert_array_equal(figure.axes[2].lines[0].get_xydata(), [[1, 0.1], [2, 0.05], [3, 0.01]])
+    assert [a.get_title() for a in plot_training_curves({"loss": [1.0]}).axes] == ["loss"]
+    with pytest.raises(ValueError, match=r"Received: history columns \['epoch'\]"):
+        plot_training_curves({"epoch": [0]})
+
+
 def _run_directory(path, model, dataset, history=None):
-    """A training run directory as `train` leaves it: its best model as a preset, the center history."""
-    save_to_preset(model, path / "preset", metadata={"dataset": dataset})
+    """A training run directory as `train` leaves it: its mark, its best model as a preset, its records."""
+    RunDirectory(path).claim()
+    save_to_preset(model, path / "preset", metadata={"dataset": dataset, "training_run": ".."})
+    (path / "history.csv").write_text(HISTORY_CSV)
     if history is not None:
         np.savez(path / "centers_history.npz", **history)
     return path
@@ -57,40 +144,43 @@ def _run_directory(path, model, dataset, history=None):
 def test_run_figures_draw_the_checkpoints_centers_and_the_recorded_history(tmp_path):
     model = build_model("quadratic_tiny", seed=0, **SMALL)
     history = {"encoder_0": np.zeros((3, 9, 2)), "encoder_1": np.ones((3, 9, 2))}
-    run = _run_directory(tmp_path / "run", model, "cifar10", history)
-    figures = run_figures(run)
-    assert sorted(figures) == ["attention_centers", "centers_history"]  # cifar10 maps would need a download
-    drawn = np.array([line.get_xydata()[0] for line in figures["attention_centers"].axes[1].lines])
+    drawn = run_figures(_run_directory(tmp_path / "run", model, "cifar10", history))
+    assert sorted(drawn.figures) == ["attention_centers", "centers_history", "training_curves"]
+    assert "'cifar10' images are not on this machine" in drawn.absent["attention_maps"]  # it would need a download
+    lines = drawn.figures["attention_centers"].axes[1].lines
     centers = ops.convert_to_numpy(model.get_layer("encoder_1").attention.position_score.centers)
-    np.testing.assert_allclose(drawn[:, ::-1], centers, atol=1e-6)
-    trajectory = figures["centers_history"].axes[1].lines[0].get_xydata()
+    np.testing.assert_allclose(np.array([line.get_xydata()[0] for line in lines])[:, ::-1], centers, atol=1e-6)
+    trajectory = drawn.figures["centers_history"].axes[1].lines[0].get_xydata()
     np.testing.assert_array_equal(trajectory, np.ones((3, 2)))
 
 
-def test_run_figures_map_the_central_query_of_the_first_evaluation_image(tmp_path):
+def test_run_figures_map_two_queries_of_the_first_validation_images(tmp_path):
     from keras_attnconv.analysis.attention import attention_probabilities
     from keras_attnconv.training.data import dataset_info, load_arrays
 
     model = build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32})
-    figures = run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
-    assert sorted(figures) == ["attention_maps"]  # learned heads have no centers, no history was recorded
-    image = load_arrays("cifar10_sample", dataset_info("cifar10_sample").eval_split)[0][0]
-    expected = attention_probabilities(model, image)[0][0, 8 * 16 + 8].reshape(16, 16)  # query (8, 8) of 16x16
-    np.testing.assert_allclose(figures["attention_maps"].axes[0].images[0].get_array(), expected, atol=1e-6)
+    drawn = run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
+    assert sorted(drawn.figures) == ["attention_maps_0", "attention_maps_1", "training_curves"]
+    assert set(drawn.absent) == {"attention_centers", "centers_history"}  # learned heads have no centers
+    images = load_arrays("cifar10_sample", dataset_info("cifar10_sample").eval_split)[0]
+    for index in (0, 1):
+        panels = _head_panels(drawn.figures[f"attention_maps_{index}"])
+        assert len(panels) == 2 * 2 * 9
+        expected = attention_probabilities(model, images[index])[0][0, 8 * 16 + 8].reshape(16, 16)  # (8, 8) of 16x16
+        np.testing.assert_allclose(panels[0].images[0].get_array(), expected, atol=1e-6)
+
+
+def test_a_preset_is_plotted_with_the_run_it_records(tmp_path):
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    run = _run_directory(tmp_path / "run", model, "cifar10", {"encoder_0": np.zeros((2, 9, 2))})
+    from_run, from_preset = run_figures(run), run_figures(run / "preset")
+    assert sorted(from_run.figures) == sorted(from_preset.figures)
+    assert "training_curves" in from_preset.figures
 
 
 def test_run_figures_need_a_run_or_a_preset(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"neither a finished training run.*source='{tmp_path}'"):
         run_figures(tmp_path)
-
-
-def test_a_preset_is_plotted_like_its_run(tmp_path):
-    model = build_model("quadratic_tiny", seed=0, **{**SMALL, "image_size": 32})
-    run = _run_directory(tmp_path / "run", model, "cifar10_sample")
-    from_run, from_preset = run_figures(run), run_figures(run / "preset")
-    assert sorted(from_run) == sorted(from_preset) == ["attention_centers", "attention_maps"]
-    np.testing.assert_array_equal(from_run["attention_maps"].axes[0].images[0].get_array(),
-                                  from_preset["attention_maps"].axes[0].images[0].get_array())
 
 
 def test_a_windowed_models_maps_place_each_windows_keys_on_the_image_grid():
@@ -108,12 +198,81 @@ def test_a_windowed_models_maps_place_each_windows_keys_on_the_image_grid():
     np.testing.assert_allclose(maps[0][:, query, key_indices[query]], window[0, :, query], atol=1e-7)
     outside = np.setdiff1d(np.arange(144), key_indices[query])
     assert (maps[0][:, query, outside] == 0).all() and np.allclose(maps[0].sum(-1), 1, atol=1e-5)
-    figure = viz.plot_attention_maps(model, image, query=(5, 6))
-    drawn = figure.axes[0].images[0].get_array()
+    figure = viz.plot_attention_maps(model, image, queries=(5, 6))
+    panel = _head_panels(figure)[0]
+    drawn = panel.images[0].get_array()
     assert drawn.shape == (12, 12) and np.count_nonzero(drawn) == 49  # the 7x7 window around the query
+    dashed = [p for p in panel.patches if p.get_linestyle() == "--"]
+    assert len(dashed) == 1 and (dashed[0].get_x(), dashed[0].get_y(), dashed[0].get_width()) == (2.5, 1.5, 7)
+    assert "the query's window" in _legend_texts(figure)
 
 
-def test_run_figures_of_a_model_with_nothing_to_draw_say_so(tmp_path):
-    model = build_model("resnet_tiny", seed=0)
-    with pytest.raises(ValueError, match=f"Nothing to draw for {tmp_path / 'run'}: .*it has no attention heads"):
-        run_figures(_run_directory(tmp_path / "run", model, "cifar10_sample"))
+TINY = [name for name in list_models() if name.endswith("_tiny")]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_every_tiny_family_is_plotted_and_what_is_absent_says_why(name, tmp_path, small_npz):
+    model = build_model(name, seed=0, **({} if name.startswith("resnet") else {"num_layers": 2, "image_size": 8}))
+    drawn = run_figures(_run_directory(tmp_path / "run", model, small_npz))
+    figures, absent = drawn.figures, drawn.absent
+    kinds = {"attention_maps" if figure.startswith("attention_maps_") else figure for figure in figures}
+    assert kinds | set(absent) == {"training_curves", "centers_history", "attention_centers", "attention_maps"}
+    assert "training_curves" in kinds and not kinds & set(absent)
+    if name.startswith("resnet"):
+        assert sorted(figures) == ["training_curves"]
+        assert "has no attention heads" in absent["attention_centers"] and "no attention heads" in absent["attention_maps"]
+        return
+    assert {"attention_maps_0", "attention_maps_1"} <= set(figures)
+    assert len(_head_panels(figures["attention_maps_0"])) == 2 * 2 * 9  # 2 queries x 2 layers x 9 heads
+    try:
+        layer_centers(model)
+        assert "attention_centers" in figures
+    except ValueError as error:
+        assert absent["attention_centers"] == str(error)
+
+
+def test_figures_are_written_as_png_and_svg_into_a_directory_the_package_marks(tmp_path):
+    figure = plot_training_curves({"loss": [1.0, 0.5]})
+    paths = write_figures({"curves": figure}, tmp_path / "figures")
+    assert [p.name for p in paths] == ["curves.png", "curves.svg"]
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in paths[1].read_bytes()[:400]
+    assert (tmp_path / "figures" / MARKER).exists()
+    assert write_figures({"curves": figure}, tmp_path / "figures") == paths  # its own files: rewritten
+
+
+def test_a_users_file_is_never_replaced_and_another_owners_directory_takes_no_figures(tmp_path):
+    figure = plot_training_curves({"loss": [1.0, 0.5]})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "curves.svg").write_text("mine")
+    with pytest.raises(FileExistsError, match=f"{mine / 'curves.svg'} exists.*Received: output='{mine}'"):
+        write_figures({"curves": figure}, mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["curves.svg"] and (mine / "curves.svg").read_text() == "mine"
+    assert [p.name for p in write_figures({"other": figure}, mine)] == ["other.png", "other.svg"]  # a free name
+    assert not (mine / MARKER).exists()
+    write_mark(tmp_path / "preset", "preset")
+    with pytest.raises(FileExistsError, match="is a preset directory: figures go into a directory of their own"):
+        write_figures({"curves": figure}, tmp_path / "preset")
+
+
+def test_a_runs_figures_directory_is_the_packages(tmp_path):
+    run = tmp_path / "run"
+    RunDirectory(run).claim()
+    (run / "figures").mkdir()
+    (run / "figures" / "curves.png").write_bytes(b"old")  # written by an earlier version, before the mark
+    write_figures({"curves": plot_training_curves({"loss": [1.0]})}, run / "figures")
+    assert (run / "figures" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_run_still_training_is_drawn_from_its_best_checkpoint_so_far(tmp_path):
+    import json
+
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    run.config_file.write_text(json.dumps({"dataset": "cifar10_sample", "model": "learned_tiny"}))
+    run.best_checkpoint.parent.mkdir()
+    build_model("learned_tiny", seed=0, **{**SMALL, "image_size": 32}).save(run.best_checkpoint)
+    run.history.write_text(HISTORY_CSV)
+    drawn = run_figures(run.path)  # no preset/ yet
+    assert sorted(drawn.figures) == ["attention_maps_0", "attention_maps_1", "training_curves"]
+    assert len(_head_panels(drawn.figures["attention_maps_0"])) == 2 * 2 * 9

@@ -19,8 +19,10 @@ def _centered_blocks(model):
     """The encoder blocks of `model`, which must all have heads with a center (quadratic or Gaussian)."""
     blocks = encoder_blocks(model)
     for block in blocks:
-        if not isinstance(block.attention.position_score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
-            raise ValueError(f"{block.name} has {type(block.attention.position_score).__name__} scores; "
+        score = block.attention.position_score
+        if not isinstance(score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
+            what = "no relative position" if score is None else type(score).__name__
+            raise ValueError(f"{block.name} has {what} scores; "
                              "attention centers exist for quadratic and gaussian encodings only.")
     return blocks
 

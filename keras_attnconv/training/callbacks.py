@@ -1,4 +1,5 @@
-"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop."""
+"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop; the learning rate
+in each epoch's logs."""
 
 import json
 import math
@@ -151,6 +152,27 @@ def csv_history(path):
     names = lines[0].split(",")
     rows = [[float(value) for value in line.split(",")] for line in lines[1:]]
     return {name: [row[index] for row in rows] for index, name in enumerate(names) if name != "epoch"}
+
+
+def csv_columns(path):
+    """The header of a CSVLogger file (its column names), [] if it is absent or empty."""
+    path = Path(path)
+    first = path.read_text().split("\n", 1)[0].strip() if path.exists() else ""
+    return first.split(",") if first else []
+
+
+class LearningRateLog(keras.callbacks.Callback):
+    """Adds the optimizer's learning rate at the end of each epoch to the epoch's logs (``learning_rate``).
+
+    Put it before the callbacks that record the logs (CSVLogger): the training
+    curves draw the schedule from ``history.csv``. Keras' own TensorBoard
+    callback adds it only after the others have read the logs.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)  # loss scaling
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 class NonFiniteLossError(FloatingPointError):

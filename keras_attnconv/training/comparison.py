@@ -42,7 +42,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     configs = {name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
                for name in models}
     first, *others = models
-    check_run(configs[first], models=others)  # the data once, then each model's configuration
+    plan = check_run(configs[first], models=others)  # the data once, then each model's configuration
     rows = []
     for name, config in configs.items():
         finished = finished_run(config)
@@ -55,6 +55,8 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
             "description": _encoding(name),
             "trainable_parameters": metrics["trainable_parameters"],
             "eval_accuracy": metrics["eval_accuracy"],
+            # The same evaluation set for every model; a run finished before it was recorded has the plan's.
+            "eval_examples": metrics.get("eval_examples", len(plan.eval_batches.labels)),
             "best_val_accuracy": metrics["best_val_accuracy"],
             "train_images_per_second": metrics["train_images_per_second"],
             "wall_seconds": metrics["wall_seconds_this_session"],

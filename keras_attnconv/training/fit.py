@@ -26,7 +26,15 @@ import keras
 
 from keras_attnconv.analysis.attention import AttentionCentersHistory, layer_centers
 from keras_attnconv.analysis.throughput import Throughput
-from keras_attnconv.training.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, csv_history, rewind_csv
+from keras_attnconv.training.callbacks import (
+    BestCheckpoint,
+    LearningRateLog,
+    ResumableBackup,
+    StopOnNonFiniteLoss,
+    csv_columns,
+    csv_history,
+    rewind_csv,
+)
 from keras_attnconv.training.distribution import is_chief, work_around_keras_multi_worker
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
@@ -52,8 +60,11 @@ def _tensorflow_importable():
 
 
 def _logging_callbacks(run):
-    """CSV history always; TensorBoard where TensorFlow (its writer) is installed."""
-    callbacks = [keras.callbacks.CSVLogger(str(run.history), append=True)]
+    """CSV history (with the learning rate) always; TensorBoard where TensorFlow (its writer) is installed."""
+    columns = csv_columns(run.history)
+    # A run resumed from a history.csv written without the learning rate keeps its columns: rows must match the header.
+    learning_rate = [LearningRateLog()] if not columns or "learning_rate" in columns else []
+    callbacks = [*learning_rate, keras.callbacks.CSVLogger(str(run.history), append=True)]
     if _tensorflow_importable():
         callbacks.append(keras.callbacks.TensorBoard(str(run.logs_dir), profile_batch=0))
     return callbacks
@@ -190,6 +201,7 @@ def _fit(config, plan, run, resume_from=None):
         "eval_split": plan.eval_split,
         "eval_loss": float(loss),
         "eval_accuracy": float(accuracy),
+        "eval_examples": len(plan.eval_batches.labels),  # the standard error of the accuracy depends on it
         "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
         "epochs": config.epochs,
         "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

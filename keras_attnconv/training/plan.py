@@ -69,7 +69,9 @@ def check_run(config, *, models=()):
     Each name of `models` is checked too, as `config` with that model: the
     data, schedule and strategy, which do not depend on the model, are loaded
     and checked once (a comparison trains several models on the same data).
+    Returns the `RunPlan` of `config`.
     """
     plan = plan_run(config)
     for name in models:
         checked_model_fields(dataclasses.replace(config, model=name), plan.dataset)
+    return plan

@@ -119,3 +119,29 @@ def write_json(path, data):
     except ValueError as error:
         raise ValueError(f"Cannot write {path} as JSON: {error}. Received: path={str(path)!r}") from None
     write_atomically(path, lambda tmp: tmp.write_text(text + "\n"))
+
+
+#: The formats every figure is written in: PNG for the eye, SVG (vector, text kept as text) for papers.
+FIGURE_FORMATS = ("png", "svg")
+
+
+def figure_paths(base):
+    """The files of a figure written as `base` (a path without suffix): one per `FIGURE_FORMATS`."""
+    return [Path(f"{os.fspath(base)}.{suffix}") for suffix in FIGURE_FORMATS]
+
+
+def write_figure(figure, base, dpi=100):
+    """Writes a matplotlib `figure` as each of `figure_paths(base)`, each atomically; returns those paths.
+
+    The SVG keeps its text as text (smaller, searchable, editable) and carries
+    no date, so the same figure gives the same file.
+    """
+    import matplotlib
+
+    paths = figure_paths(base)
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "keras_attnconv"}):
+        for path in paths:
+            metadata = {"Date": None} if path.suffix == ".svg" else {"Software": "keras_attnconv"}
+            write_atomically(path, lambda tmp: figure.savefig(tmp, format=path.suffix[1:], dpi=dpi,
+                                                              metadata=metadata))
+    return paths

@@ -21,7 +21,8 @@ MARKER = ".keras_attnconv.json"
 PACKAGE = "keras_attnconv"
 LAYOUT_VERSION = 1
 #: The kinds of directory the package writes, as their marks name them.
-KINDS = {"run": "a training run directory", "preset": "a preset directory", "export_root": "an export root"}
+KINDS = {"run": "a training run directory", "preset": "a preset directory", "export_root": "an export root",
+         "figures": "a figures directory"}
 
 
 class ForeignDirectoryError(FileExistsError):
