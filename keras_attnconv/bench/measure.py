@@ -141,7 +141,8 @@ def matmul_step(n, dtype, jit_compile=True):
     With `jit_compile`, through XLA; without, through TensorFlow's graph (oneDNN on a CPU), as `compiled`.
     """
     a = ops.cast(ops.convert_to_tensor(np.random.default_rng(0).normal(size=(n, n)).astype("float32")), dtype)
-    product = compiled(lambda: ops.matmul(a, a)[0, 0], jit_compile)
+    # One float32 element comes back: NumPy has no bfloat16 of its own to convert a framework's into.
+    product = compiled(lambda: ops.cast(ops.matmul(a, a)[0, 0], "float32"), jit_compile)
     return lambda: ops.convert_to_numpy(product())
 
 
