@@ -71,13 +71,28 @@ def _train(args):
     else:
         config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
                                        source="command-line")
+    processes = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
+    if config.strategy == "data_parallel" or any(value is not None for value in processes.values()):
+        _join_processes(config.strategy, processes)
     from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)
     summary = {k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
-                                           "train_images_per_second", "optimizer_steps", "export")}
+                                           "train_images_per_second", "optimizer_steps", "replicas", "export")}
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _join_processes(strategy, processes):
+    """Joins the other processes of a JAX run before anything computes (JAX allows it only then)."""
+    from keras_attnconv.training.distribution import check_strategy, initialize_processes
+
+    if strategy != "data_parallel":
+        given = ", ".join(f"{name}={value!r}" for name, value in processes.items() if value is not None)
+        raise ValueError(f"--coordinator, --num-processes and --process-id join the processes of a "
+                         f"--strategy data_parallel run (JAX); the strategy is {strategy!r}. Received: {given}")
+    check_strategy(strategy)
+    initialize_processes(**processes)
 
 
 def _export(args):
@@ -229,6 +244,13 @@ def build_parser():
     for field in dataclasses.fields(TrainConfig):
         training.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, metavar="VALUE",
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
+    # Not recipe fields: they differ from process to process of one run (Keras' KERAS_DISTRIBUTION_* variables
+    # give them too).
+    training.add_argument("--coordinator", metavar="HOST:PORT",
+                          help="data_parallel on several processes (JAX): process 0's address, which every process "
+                               "gives")
+    training.add_argument("--num-processes", metavar="N", help="data_parallel: the number of processes")
+    training.add_argument("--process-id", metavar="I", help="data_parallel: this process' id, 0 to N-1 (0 writes)")
     training.set_defaults(handler=_train)
 
     exporting = add("export", help="export a run's or a preset's model (or registered ones) as SavedModel, ONNX or "

@@ -15,7 +15,6 @@ for serving is a separate step (`keras_attnconv.export`), which
 `attnconv train` runs after training.
 """
 
-import contextlib
 import errno
 import json
 import sys
@@ -27,7 +26,13 @@ import keras
 from keras_attnconv.analysis.attention import AttentionCentersHistory, layer_centers
 from keras_attnconv.analysis.throughput import Throughput
 from keras_attnconv.training.callbacks import BestCheckpoint, ResumableBackup, StopOnNonFiniteLoss, csv_history, rewind_csv
-from keras_attnconv.training.distribution import is_chief, work_around_keras_multi_worker
+from keras_attnconv.training.distribution import (
+    build_scope,
+    is_chief,
+    run_scope,
+    uses_tf_data,
+    work_around_keras_multi_worker,
+)
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.runs import check_same_run, resolve_run_dir, resolved_config
@@ -132,12 +137,16 @@ def run_optimizer(config, schedule):
 
 
 def _fit(config, plan, run, resume_from=None):
+    with run_scope(plan.strategy):
+        return _fit_in_scope(config, plan, run, resume_from)
+
+
+def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
     from keras_attnconv.models.summary import trainable_parameters
 
-    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
-    with scope:
+    with build_scope(plan.strategy):
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
@@ -155,7 +164,7 @@ def _fit(config, plan, run, resume_from=None):
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
-    if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
+    if uses_tf_data(plan.strategy):  # TensorFlow: tf.data, which tf.distribute shards over workers
         train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
         if config.strategy == "multi_worker":
             work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
