@@ -156,6 +156,14 @@ def uses_tf_data(strategy):
     return strategy is not None and not _is_keras_distribution(strategy)
 
 
+def wait_for_every_process(strategy, name):
+    """Waits until every process of a multi-process JAX run reaches the point `name`; at once otherwise."""
+    if _is_keras_distribution(strategy) and process_shard(strategy)[1] > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def is_chief(strategy):
     """Whether this process writes the run directory: process 0 of a JAX run, the chief of a TF_CONFIG cluster.
 

@@ -31,6 +31,7 @@ from keras_attnconv.training.distribution import (
     is_chief,
     run_scope,
     uses_tf_data,
+    wait_for_every_process,
     work_around_keras_multi_worker,
 )
 from keras_attnconv.training.plan import plan_run
@@ -82,8 +83,11 @@ def train(config):
     check_same_run(run, resolved)
     if not is_chief(plan.strategy):
         # The other workers run every step and callback (saving may involve collectives) but write
-        # into a scratch directory; they resume from the chief's backups (a filesystem all share).
+        # into a scratch directory; they resume from the chief's backups (a filesystem all share), and
+        # decide what the chief decides from a copy of its records, taken once the chief has set the run up.
+        wait_for_every_process(plan.strategy, "run directory ready")
         with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
+            run.copy_decisions_to(RunDirectory(scratch))
             return {**_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir), "run_dir": str(run),
                     "chief": False}
     run.claim()
@@ -91,6 +95,7 @@ def train(config):
         if check_same_run(run, resolved):  # again, now that no other process can write it
             run.start_anew()
         run.write_config(resolved)
+        wait_for_every_process(plan.strategy, "run directory ready")
         try:
             return _fit(config, plan, run)
         except OSError as error:
