@@ -170,7 +170,7 @@ def _bench(args):
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                "formats": "bench-formats.json"}
+                "formats": "bench-formats.json", "scale": "bench-scale.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     for path in report_paths(output):  # before the benchmark, not after it
         check_writable(path, "output", file=True)
@@ -184,6 +184,9 @@ def _bench(args):
     elif args.suite == "gpu":
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
+    elif args.suite == "scale":
+        results = bench.run_scale_benchmark(quick=args.quick, output=output, command=args.command_line)
+        print(bench.scale_markdown(results))
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
@@ -293,15 +296,17 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats"), default="cpu",
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "scale"), default="cpu",
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
                                    "the accelerator; numerics: training, far centers and large grids in the three "
-                                   "precisions; formats: inference in each export format's runtime beside Keras")
+                                   "precisions; formats: inference in each export format's runtime beside Keras; scale: "
+                                   "training images/s with data parallelism over 1, 2, 4, ... devices (JAX; "
+                                   "simulated CPU devices where there is no accelerator)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside (default: bench.json, bench-gpu.json, "
-                                   "numerics.json, bench-formats.json)")
+                                   "numerics.json, bench-formats.json, bench-scale.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
