@@ -7,9 +7,10 @@ distribution (``devices`` None) is the one-device run of ``--strategy default``:
 `DataParallel` row, it shows what the distribution itself costs.
 
 Each case runs in a fresh worker process on the JAX backend. On a machine without accelerators, XLA poses
-as several CPU devices (``--xla_force_host_platform_device_count``): they share the machine's cores, so the
-rows show the overhead of splitting the batch, not a speed-up. On a multi-GPU host, the same command
-measures the GPUs.
+as several CPU devices (``--xla_force_host_platform_device_count``): they share the machine's cores, each
+device's part of the step on a thread of its own, so the rows say how the split batch uses those cores
+(beside the one-device step, which XLA's CPU backend runs on fewer of them) plus the split's overhead,
+not how separate devices scale. On a multi-GPU host, the same command measures the GPUs.
 """
 
 import contextlib
@@ -93,8 +94,9 @@ def scale_markdown(results):
         f"{settings['image_size']}x{settings['image_size']}x3 images split over the devices, XLA; "
         f"`fit`: the median of {settings['timed_epochs']} epochs of {settings['fit_images']} images after a "
         "warm-up epoch.",
-        "Simulated CPU devices share the same cores: these rows show the cost of splitting the batch, "
-        "not a speed-up." if cpu else None,
+        "Simulated CPU devices share this machine's cores, each on a thread of its own: the rows show how the "
+        "split batch uses those cores and what the split costs, not a speed-up of separate devices." if cpu
+        else None,
         "",
         "| devices | per-device batch | images/s | vs one device |",
         "|---|---|---|---|",
