@@ -202,3 +202,22 @@ def test_the_processes_slices_make_the_global_batch():
 
 def test_the_issue_spelling_of_a_package_recipe_is_that_recipe():
     assert load_recipe("training/recipes/quick.toml") == load_recipe("quick")
+
+
+def test_the_process_arguments_are_checked_before_anything_runs(tmp_path, capsys):
+    from keras_attnconv import cli
+    from keras_attnconv.training.distribution import initialize_processes
+
+    run = ["train", "--recipe", "quick", "--run-dir", str(tmp_path / "run")]
+    assert cli.main([*run, "--coordinator", "127.0.0.1:1234"]) == 2  # the default strategy has one process
+    assert "join the processes of a --strategy data_parallel run" in capsys.readouterr().err
+    assert cli.main([*run, "--strategy", "data_parallel"]) == 2  # this test process runs TensorFlow
+    assert "Received: strategy='data_parallel'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="num_processes, process_id missing"):
+        initialize_processes("127.0.0.1:1234")
+    with pytest.raises(ValueError, match=r"Received: process_id=2, num_processes=2"):
+        initialize_processes("127.0.0.1:1234", num_processes=2, process_id=2)
+    with pytest.raises(ValueError, match=r"`num_processes` must be a whole number. Received: num_processes='two'"):
+        initialize_processes("127.0.0.1:1234", num_processes="two", process_id=0)
+    assert initialize_processes() == 1  # nothing to join: one process
