@@ -71,13 +71,28 @@ def _train(args):
     else:
         config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
                                        source="command-line")
+    processes = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
+    if config.strategy == "data_parallel" or any(value is not None for value in processes.values()):
+        _join_processes(config.strategy, processes)
     from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)
     summary = {k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
-                                           "train_images_per_second", "optimizer_steps", "export")}
+                                           "train_images_per_second", "optimizer_steps", "replicas", "export")}
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _join_processes(strategy, processes):
+    """Joins the other processes of a JAX run before anything computes (JAX allows it only then)."""
+    from keras_attnconv.training.distribution import check_strategy, initialize_processes
+
+    if strategy != "data_parallel":
+        given = ", ".join(f"{name}={value!r}" for name, value in processes.items() if value is not None)
+        raise ValueError(f"--coordinator, --num-processes and --process-id join the processes of a "
+                         f"--strategy data_parallel run (JAX); the strategy is {strategy!r}. Received: {given}")
+    check_strategy(strategy)
+    initialize_processes(**processes)
 
 
 def _export(args):
@@ -188,7 +203,7 @@ def _bench(args):
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                "formats": "bench-formats.json", "steps": "bench-steps.json"}
+                "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
@@ -205,6 +220,9 @@ def _bench(args):
         results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.gpu_markdown(results))
         drawn = _write_chart("plot_gpu_steps", results, chart)
+    elif args.suite == "scale":
+        results = bench.run_scale_benchmark(quick=args.quick, output=output, command=args.command_line)
+        print(bench.scale_markdown(results))
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
@@ -278,6 +296,13 @@ def build_parser():
     for field in dataclasses.fields(TrainConfig):
         training.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, metavar="VALUE",
                               help=f"recipe field {field.name} (default {_describe_default(field)})")
+    # Not recipe fields: they differ from process to process of one run (Keras' KERAS_DISTRIBUTION_* variables
+    # give them too).
+    training.add_argument("--coordinator", metavar="HOST:PORT",
+                          help="data_parallel on several processes (JAX): process 0's address, which every process "
+                               "gives")
+    training.add_argument("--num-processes", metavar="N", help="data_parallel: the number of processes")
+    training.add_argument("--process-id", metavar="I", help="data_parallel: this process' id, 0 to N-1 (0 writes)")
     training.set_defaults(handler=_train)
 
     exporting = add("export", help="export a run's or a preset's model (or registered ones) as SavedModel, ONNX or "
@@ -322,18 +347,21 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps"), default="cpu",
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps", "scale"),
+                              default="cpu",
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
                                    "the accelerator; numerics: training, far centers and large grids in the three "
                                    "precisions; formats: inference in each export format's runtime beside Keras; steps: "
                                    "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
-                                   "that the jit_compile=auto rule stands on")
+                                   "that the jit_compile=auto rule stands on; scale: training images/s with data "
+                                   "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
+                                   "accelerator)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
                                    "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "
-                                   "bench-formats.json)")
+                                   "bench-formats.json, bench-steps.json, bench-scale.json)")
     benchmarking.set_defaults(handler=_bench)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")

@@ -45,8 +45,8 @@ def small_npz(tmp_path_factory):
     return str(path)
 
 
-@pytest.fixture
-def jax_without_tensorflow(tmp_path):
+@pytest.fixture(scope="session")
+def jax_without_tensorflow(tmp_path_factory):
     """Environment variables for a subprocess on JAX where TensorFlow and TensorBoard cannot be imported.
 
     A package directory first on the path whose `tensorflow` and `tensorboard` raise
@@ -55,7 +55,7 @@ def jax_without_tensorflow(tmp_path):
     install.
     """
     pytest.importorskip("jax")
-    blocked = tmp_path / "without_tensorflow"
+    blocked = tmp_path_factory.mktemp("without_tensorflow")
     for name in ("tensorflow", "tensorboard"):
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")

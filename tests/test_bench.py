@@ -186,3 +186,25 @@ def test_an_output_named_for_either_format_writes_both_files(tmp_path, capsys, m
     assert f"wrote {json_path} and {markdown_path}" in capsys.readouterr().out
     assert json.loads(json_path.read_text())["formats"] == {"skipped": "a test"}
     assert markdown_path.read_text() == "Inference in each export format: not measured (a test).\n"
+
+
+def test_scale_suite_measures_each_device_count_with_the_same_global_batch(tmp_path, monkeypatch,
+                                                                            jax_without_tensorflow):
+    # The workers run on JAX without TensorFlow (faster to start, and the GPU machine's setting); a count of
+    # devices the batch does not split over is skipped, and said so, without a worker's compile.
+    monkeypatch.setenv("PYTHONPATH", jax_without_tensorflow["PYTHONPATH"])
+    output = tmp_path / "scale.json"
+    results = bench.run_scale_benchmark(quick=True, output=str(output), devices=(2, 3), batch=8, image_size=8,
+                                        fit_images=16, timed_epochs=1)
+    assert json.loads(output.read_text())["settings"]["devices"] == [2, 3]
+    assert results["device"]["backend"] == "jax" and results["device"]["cpu_model"]
+    rows = {row["devices"]: row for row in results["rows"]}
+    assert list(rows) == [None, 2, 3]
+    assert rows[3]["skipped"] == "a batch of 8 does not split over 3 devices"
+    for count in (None, 2):
+        assert rows[count]["images_per_second"] > 0 and rows[count]["device_kind"] == "cpu"
+        assert rows[count]["available"] == 3  # the CPU posed as the largest count
+    assert rows[2]["per_device_batch"] == 4 and rows[None]["per_device_batch"] == 8
+    table = (tmp_path / "scale.md").read_text()
+    assert "| 1, no distribution | 8 |" in table and "| 3 | - | skipped" in table
+    assert "not a speed-up of separate devices" in table

@@ -11,6 +11,9 @@
 - `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
+- `run_scale_benchmark` (`attnconv bench --suite scale`, `scale_suite`):
+  training images per second with Keras' `DataParallel` over 1, 2, 4, ...
+  devices (JAX), the global batch fixed.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.
@@ -25,7 +28,8 @@ that it needs TensorFlow).
 from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark, run_step_benchmark, step_markdown
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
+from keras_attnconv.bench.scale_suite import SCALE_FULL, SCALE_QUICK, run_scale_benchmark, scale_markdown
 
-__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "formats_markdown",
-           "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark", "run_gpu_benchmark",
-           "run_step_benchmark", "step_markdown"]
+__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "SCALE_FULL", "SCALE_QUICK",
+           "formats_markdown", "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark",
+           "run_gpu_benchmark", "run_scale_benchmark", "run_step_benchmark", "scale_markdown", "step_markdown"]

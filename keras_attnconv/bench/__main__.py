@@ -5,9 +5,10 @@ import sys
 
 from keras_attnconv.bench.cpu_suite import layer_memory, model_memory
 from keras_attnconv.bench.gpu_suite import measure_case, measure_references
+from keras_attnconv.bench.scale_suite import measure_scale_case
 
 WORKERS = {"layer-memory": layer_memory, "model-memory": model_memory, "gpu-case": measure_case,
-           "gpu-references": measure_references}
+           "gpu-references": measure_references, "scale-case": measure_scale_case}
 
 if __name__ == "__main__":
     kind, case = sys.argv[1:3]

@@ -146,7 +146,7 @@ def matmul_step(n, dtype, jit_compile=True):
     return lambda: ops.convert_to_numpy(product())
 
 
-def run_in_workers(kind, cases, concurrently, program_memory=False):
+def run_in_workers(kind, cases, concurrently, program_memory=False, environment=None):
     """Runs `python -m keras_attnconv.bench <kind> CASE` for each case in its own fresh process; their JSON results.
 
     A fresh process per case makes each peak memory the case's own and each
@@ -154,9 +154,12 @@ def run_in_workers(kind, cases, concurrently, program_memory=False):
     distort what they measure (memory on a CPU); on an accelerator one at a
     time, since they share it. With `program_memory`, each result also gets
     ``"program_mib"``: `largest_program_mib` of what the worker compiled
-    (None where the backend does not compile with XLA).
+    (None where the backend does not compile with XLA). `environment` adds
+    variables to the workers' (its ``XLA_FLAGS`` after the user's own).
     """
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    environment = dict(environment or {})
+    flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), environment.pop("XLA_FLAGS", None)]))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment, **({"XLA_FLAGS": flags} if flags else {})}
     dumps = tempfile.mkdtemp(prefix="attnconv-xla-") if program_memory else None
 
     def start(index, case):

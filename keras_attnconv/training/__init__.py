@@ -5,8 +5,9 @@
 - `run_directory`: the run's one owner (its layout, mark, lock and states);
   `runs`: which run directory a configuration trains in;
 - `plan`: everything a run needs, checked before it writes; `distribution`:
-  tf.distribute; `fit`: the training itself (`train`); `callbacks`: the
-  records that survive a crash;
+  where it computes (tf.distribute, or Keras' distribution API on JAX);
+  `fit`: the training itself (`train`); `callbacks`: the records that
+  survive a crash;
 - `workflow`: train, then export for serving; `comparison`, `numerics` and
   `figures`: several runs compared, precisions compared, a run's plots.
 """

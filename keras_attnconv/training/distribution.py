@@ -1,17 +1,45 @@
-"""Where a run computes: the tf.distribute strategy of a recipe, which process writes, and a Keras work-around."""
+"""Where a run computes: the strategy of a recipe (tf.distribute, or Keras' distribution API on JAX), which
+process writes, and a Keras work-around.
+
+Two engines share one ``strategy`` field. On TensorFlow, ``default``, ``mirrored`` and ``multi_worker``
+are tf.distribute strategies. On JAX, ``data_parallel`` is `keras.distribution.DataParallel` over every
+device of every process (JAX's coordinator joins the processes, `initialize_processes`), and ``default``
+is one device, without a distribution. What a run does with either: `run_scope` (where it builds, fits
+and evaluates), `replica_count`, `process_shard` (which slice of each global batch this process feeds)
+and `is_chief` (which process writes).
+"""
+
+import contextlib
+import os
 
 import keras
 
+#: The strategies of each Keras backend (the others have only "default").
+BACKEND_STRATEGIES = {"tensorflow": ("default", "mirrored", "multi_worker"), "jax": ("default", "data_parallel")}
+
+#: Keras' own environment variables for `keras.distribution.initialize`, which `initialize_processes` reads too.
+PROCESS_ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+                       "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                       "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+
 
 def make_strategy(name):
-    """The tf.distribute strategy: one device, all local GPUs (or CPUs), or all workers of TF_CONFIG.
+    """The strategy of a run: a tf.distribute strategy on TensorFlow, a Keras `Distribution` or None on JAX.
 
-    On other backends only ``"default"`` exists (None: no strategy scope).
+    ``"default"``: one device (on JAX: None, no distribution). ``"mirrored"``: every local GPU (or CPU)
+    and ``"multi_worker"``: every worker of TF_CONFIG, both TensorFlow's. ``"data_parallel"`` (JAX): the
+    global batch split evenly over every device of every process, after `initialize_processes`. A
+    strategy of another backend is a ValueError naming it and the strategies this backend has.
     """
-    if keras.backend.backend() != "tensorflow":
-        if name != "default":
-            raise ValueError(f"`strategy` {name!r} needs the TensorFlow backend (tf.distribute); the backend is "
-                             f"{keras.backend.backend()!r}. Received: strategy={name!r}")
+    backend = check_strategy(name)
+    if backend == "jax":
+        if name == "default":
+            return None
+        initialize_processes()
+        # Each process feeds its own slice of every global batch (`process_shard`): Keras' auto-sharding
+        # takes only tf.data, which the GPU machine lacks.
+        return keras.distribution.DataParallel(auto_shard_dataset=False)
+    if backend != "tensorflow":
         return None
     import tensorflow as tf
 
@@ -22,13 +50,131 @@ def make_strategy(name):
     return tf.distribute.get_strategy()
 
 
+def check_strategy(name):
+    """Checks that the Keras backend has the strategy `name`; returns the backend's name."""
+    backend = keras.backend.backend()
+    choices = BACKEND_STRATEGIES.get(backend, ("default",))
+    if name not in choices:
+        engine = {"mirrored": "tf.distribute, the TensorFlow backend", "multi_worker": "tf.distribute, the "
+                  "TensorFlow backend", "data_parallel": "Keras' distribution API on the JAX backend"}.get(name)
+        raise ValueError(f"`strategy` {name!r} needs {engine or 'another backend'}; the backend is {backend!r}, "
+                         f"whose strategies are {', '.join(map(repr, choices))}. Received: strategy={name!r}")
+    return backend
+
+
+def _is_keras_distribution(strategy):
+    # Keras exports its distributions but not their base class.
+    return isinstance(strategy, (keras.distribution.DataParallel, keras.distribution.ModelParallel))
+
+
+def initialize_processes(coordinator=None, num_processes=None, process_id=None):
+    """Joins this process to the others of a multi-process JAX run (`keras.distribution.initialize`), once.
+
+    Each argument left None is read from Keras' environment variables
+    (`PROCESS_ENVIRONMENT`: ``KERAS_DISTRIBUTION_JOB_ADDRESSES``, the coordinator's ``host:port``, which
+    is process 0's; ``KERAS_DISTRIBUTION_NUM_PROCESSES``; ``KERAS_DISTRIBUTION_PROCESS_ID``). Without a
+    coordinator and with at most one process, there is nothing to join: one process, its local devices.
+    JAX allows this only before its first computation, so `attnconv train` calls it before it loads
+    anything. Returns the number of processes.
+    """
+    import jax
+
+    given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
+    values = {name: os.environ.get(variable) if given[name] is None else given[name]
+              for name, variable in PROCESS_ENVIRONMENT.items()}
+    for name in ("num_processes", "process_id"):
+        values[name] = _whole_number(name, values[name])
+    count, index = values["num_processes"], values["process_id"]
+    if values["coordinator"] is None and count in (None, 1):
+        return jax.process_count() if jax.distributed.is_initialized() else 1
+    if count is None or index is None or values["coordinator"] is None:
+        missing = [name for name in ("coordinator", "num_processes", "process_id") if values[name] is None]
+        raise ValueError(f"A run of several processes needs the coordinator's address, the number of processes "
+                         f"and this process' id (--coordinator, --num-processes, --process-id, or "
+                         f"{', '.join(PROCESS_ENVIRONMENT.values())}); {', '.join(missing)} missing. Received: "
+                         + ", ".join(f"{name}={values[name]!r}" for name in PROCESS_ENVIRONMENT))
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"`process_id` must lie in [0, num_processes). Received: process_id={index}, "
+                         f"num_processes={count}")
+    if jax.distributed.is_initialized():
+        if jax.process_count() != count or jax.process_index() != index:
+            raise ValueError(f"This process already joined a run of {jax.process_count()} processes as process "
+                             f"{jax.process_index()}. Received: num_processes={count}, process_id={index}")
+        return count
+    keras.distribution.initialize(values["coordinator"], num_processes=count, process_id=index)
+    return count
+
+
+def _whole_number(name, value):
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"`{name}` must be a whole number. Received: {name}={value!r}") from None
+
+
+def replica_count(strategy):
+    """How many replicas share each global batch: devices (JAX) or replicas in sync (tf.distribute); 1 alone."""
+    if strategy is None:
+        return 1
+    if _is_keras_distribution(strategy):
+        return strategy.num_model_replicas
+    return strategy.num_replicas_in_sync
+
+
+def process_shard(strategy):
+    """(this process' index, processes): each process feeds its slice of every global batch (JAX); (0, 1) else.
+
+    tf.distribute shards a tf.data input itself, so its processes each get the global batches.
+    """
+    if _is_keras_distribution(strategy):
+        import jax
+
+        return jax.process_index(), jax.process_count()
+    return 0, 1
+
+
+def run_scope(strategy):
+    """The scope of a whole run (build, fit, evaluate): Keras' distribution must be current while it computes.
+
+    A tf.distribute strategy's scope is entered only to build and compile (`build_scope`): Keras keeps the
+    strategy it was compiled under.
+    """
+    return strategy.scope() if _is_keras_distribution(strategy) else contextlib.nullcontext()
+
+
+def build_scope(strategy):
+    """The scope in which the model and its optimizer are made (tf.distribute's; `run_scope` covers JAX's)."""
+    if strategy is None or _is_keras_distribution(strategy):
+        return contextlib.nullcontext()
+    return strategy.scope()
+
+
+def uses_tf_data(strategy):
+    """Whether the run feeds tf.data (tf.distribute shards it over its workers) rather than NumPy batches."""
+    return strategy is not None and not _is_keras_distribution(strategy)
+
+
+def wait_for_every_process(strategy, name):
+    """Waits until every process of a multi-process JAX run reaches the point `name`; at once otherwise."""
+    if _is_keras_distribution(strategy) and process_shard(strategy)[1] > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def is_chief(strategy):
-    """Whether this process writes the run directory: yes, except on the other workers of a TF_CONFIG cluster.
+    """Whether this process writes the run directory: process 0 of a JAX run, the chief of a TF_CONFIG cluster.
 
     tf.distribute's own rule (``should_checkpoint``): the task of type "chief",
     or worker 0 in a cluster without one; always true for one-machine strategies.
     """
-    return strategy is None or strategy.extended.should_checkpoint
+    if strategy is None:
+        return True
+    if _is_keras_distribution(strategy):
+        return process_shard(strategy)[0] == 0
+    return strategy.extended.should_checkpoint
 
 
 def work_around_keras_multi_worker(model, strategy, batch):

@@ -15,7 +15,6 @@ for serving is a separate step (`keras_attnconv.export`), which
 `attnconv train` runs after training.
 """
 
-import contextlib
 import errno
 import json
 import sys
@@ -35,7 +34,14 @@ from keras_attnconv.training.callbacks import (
     csv_history,
     rewind_csv,
 )
-from keras_attnconv.training.distribution import is_chief, work_around_keras_multi_worker
+from keras_attnconv.training.distribution import (
+    build_scope,
+    is_chief,
+    run_scope,
+    uses_tf_data,
+    wait_for_every_process,
+    work_around_keras_multi_worker,
+)
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.runs import check_same_run, resolve_run_dir, resolved_config
@@ -88,8 +94,11 @@ def train(config):
     check_same_run(run, resolved)
     if not is_chief(plan.strategy):
         # The other workers run every step and callback (saving may involve collectives) but write
-        # into a scratch directory; they resume from the chief's backups (a filesystem all share).
+        # into a scratch directory; they resume from the chief's backups (a filesystem all share), and
+        # decide what the chief decides from a copy of its records, taken once the chief has set the run up.
+        wait_for_every_process(plan.strategy, "run directory ready")
         with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
+            run.copy_decisions_to(RunDirectory(scratch))
             return {**_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir), "run_dir": str(run),
                     "chief": False}
     run.claim()
@@ -97,6 +106,7 @@ def train(config):
         if check_same_run(run, resolved):  # again, now that no other process can write it
             run.start_anew()
         run.write_config(resolved)
+        wait_for_every_process(plan.strategy, "run directory ready")
         try:
             return _fit(config, plan, run)
         except OSError as error:
@@ -143,6 +153,11 @@ def run_optimizer(config, schedule):
 
 
 def _fit(config, plan, run, resume_from=None):
+    with run_scope(plan.strategy):
+        return _fit_in_scope(config, plan, run, resume_from)
+
+
+def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
     from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile
@@ -152,8 +167,7 @@ def _fit(config, plan, run, resume_from=None):
     if config.verbose:
         print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
               f"{config.precision})", file=sys.stderr)
-    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
-    with scope:
+    with build_scope(plan.strategy):
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
@@ -171,7 +185,7 @@ def _fit(config, plan, run, resume_from=None):
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
-    if plan.strategy is not None:  # TensorFlow: tf.data, which tf.distribute shards over workers
+    if uses_tf_data(plan.strategy):  # TensorFlow: tf.data, which tf.distribute shards over workers
         train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
         if config.strategy == "multi_worker":
             work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])

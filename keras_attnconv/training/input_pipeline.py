@@ -38,14 +38,24 @@ class ArrayBatches(keras.utils.PyDataset):
         steps_per_epoch: int or None. None: one pass over the data per epoch;
             an int: epochs of that many batches cut from an endless sequence
             of passes.
+        shard: (index, count), this process' slice of every batch in a run
+            of `count` processes (Keras' distribution on JAX assembles the
+            global batch from the processes' slices). Every process makes the
+            whole batch and keeps its rows, so the global batch is the one a
+            single process makes, augmentation included.
         **kwargs: `keras.utils.PyDataset` arguments (workers, ...).
     """
 
     def __init__(self, images, labels, *, batch_size, augment=False, shuffle=False, seed=None,
-                 drop_remainder=False, steps_per_epoch=None, **kwargs):
+                 drop_remainder=False, steps_per_epoch=None, shard=(0, 1), **kwargs):
         super().__init__(**kwargs)
         check_positive_int("batch_size", batch_size)
         check_positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
+        index, count = shard
+        if not 0 <= index < count or batch_size % count:
+            raise ValueError(f"`shard` must be (index, count) with 0 <= index < count and a batch_size that "
+                             f"divides into count slices. Received: shard={shard!r}, batch_size={batch_size}")
+        self.shard = (index, count)
         images = np.asarray(images)
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
             raise ValueError("`images` must be the raw pixels, a uint8 array (N, H, W, 3). "
@@ -82,7 +92,12 @@ class ArrayBatches(keras.utils.PyDataset):
         images = self.images[rows]
         if self.augment:
             images = augment_batch(images, np.random.default_rng([self.seed, data_pass, batch]))
-        return images, self.labels[rows]
+        index, count = self.shard
+        if count == 1:
+            return images, self.labels[rows]
+        size = len(rows) // count  # the last batch of a pass divides too: `plan.check_last_batch`
+        part = slice(index * size, (index + 1) * size)
+        return images[part], self.labels[rows][part]
 
 
 def augment_batch(images, rng):

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from keras_attnconv.training.distribution import make_strategy
+from keras_attnconv.training.distribution import make_strategy, process_shard, replica_count, uses_tf_data
 
 
 @dataclasses.dataclass
@@ -47,20 +47,37 @@ def plan_run(config):
     model_fields = checked_model_fields(config, info)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
-    train_batches = ArrayBatches(*load_arrays(config.dataset, "train", **data_args), augment=True, shuffle=True,
-                                 seed=config.seed, drop_remainder=True, steps_per_epoch=config.steps_per_epoch,
-                                 batch_size=config.batch_size)
-    eval_batches = ArrayBatches(*load_arrays(config.dataset, eval_split, **data_args), batch_size=config.batch_size)
-    steps_per_epoch = len(train_batches)
-    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
-                            config.warmup_ratio)
+    train_arrays = load_arrays(config.dataset, "train", **data_args)
+    eval_arrays = load_arrays(config.dataset, eval_split, **data_args)
     strategy = make_strategy(config.strategy)
-    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    replicas = replica_count(strategy)
     if config.batch_size % replicas:
         raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
                          f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
+    if not uses_tf_data(strategy):
+        check_last_batch(config, len(eval_arrays[0]), eval_split, replicas)
+    shard = process_shard(strategy)
+    train_batches = ArrayBatches(*train_arrays, augment=True, shuffle=True, seed=config.seed, drop_remainder=True,
+                                 steps_per_epoch=config.steps_per_epoch, batch_size=config.batch_size, shard=shard)
+    eval_batches = ArrayBatches(*eval_arrays, batch_size=config.batch_size, shard=shard)
+    steps_per_epoch = len(train_batches)
+    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
+                            config.warmup_ratio)
     return RunPlan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
-                 replicas)
+                   replicas)
+
+
+def check_last_batch(config, images, split, replicas):
+    """Checks that the last, partial batch of the evaluation split divides across the replicas too.
+
+    Keras' distribution on JAX splits every batch evenly over the devices (tf.distribute pads a
+    partial batch itself); padding it here would change the evaluation's mean loss.
+    """
+    last = images % config.batch_size
+    if replicas > 1 and last % replicas:
+        raise ValueError(f"The {images} images of the {split!r} split leave a last batch of {last}, which does not "
+                         f"divide across the {replicas} replicas of the {config.strategy!r} strategy: choose a "
+                         f"batch_size whose remainder does (or none). Received: batch_size={config.batch_size}")
 
 
 def check_run(config, *, models=()):

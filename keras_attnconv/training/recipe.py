@@ -25,7 +25,8 @@ from keras_attnconv.utils.checks import (
     plain_numbers,
 )
 
-STRATEGIES = ("default", "mirrored", "multi_worker")
+# tf.distribute's on TensorFlow, Keras' distribution API's on JAX (`distribution.BACKEND_STRATEGIES`).
+STRATEGIES = ("default", "mirrored", "multi_worker", "data_parallel")
 # Which pixel statistics the model normalises with (`data.pixel_statistics`).
 NORMALIZATIONS = ("official", "dataset")
 
@@ -139,6 +140,7 @@ def toml_module():
 
 #: The paper's configurations, shipped with the package: ``attnconv train --recipe quadratic``.
 RECIPES_DIR = Path(__file__).parent / "recipes"
+PACKAGE_DIR = RECIPES_DIR.parent.parent
 
 
 def recipe_names():
@@ -157,7 +159,9 @@ def recipe_path(recipe):
 
     A name has no directory part and no ``.toml`` ending (a file of the user's
     named like a recipe is given as ``./quadratic.toml``); an unknown name is
-    an error that suggests the closest names.
+    an error that suggests the closest names. A relative path that is no file
+    here but one of the package's recipes seen from the package
+    (``training/recipes/quick.toml``) is that recipe.
     """
     check_path("recipe", recipe)
     if is_recipe_name(recipe):
@@ -167,6 +171,10 @@ def recipe_path(recipe):
                                     f"yours is a path ending in .toml. Received: recipe={str(recipe)!r}")
         return RECIPES_DIR / f"{recipe}.toml"
     path = Path(recipe)
+    packaged = PACKAGE_DIR / path
+    if not path.is_file() and not path.is_absolute() and packaged.is_file() and packaged.parent == RECIPES_DIR:
+        # The package's own file as its source tree spells it (training/recipes/quick.toml), from any directory.
+        return packaged
     if not path.is_file():
         raise FileNotFoundError(f"No recipe at {str(path)!r}. Received: recipe={str(path)!r}")
     return path

@@ -63,6 +63,10 @@ class RunDirectory:
     #: configuration that never completed an epoch leaves, and a corrected command removes.
     RECORDS = (BACKUP, CHECKPOINTS, LOGS, HISTORY, CENTERS, EPOCH_SECONDS, PRESET)
 
+    #: The records that decide what a run does next (whether an epoch's model is the best so far, whether the
+    #: preset is still to be made): a process that writes into a scratch directory starts from their copy.
+    DECISIONS = (CHECKPOINTS, PRESET)
+
     def __init__(self, path):
         self.path = Path(path)
 
@@ -172,6 +176,17 @@ class RunDirectory:
         for name in self.RECORDS:
             path = self.path / name
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+    def copy_decisions_to(self, scratch):
+        """Copies the records that decide a run's next steps (`DECISIONS`) into `scratch`, a RunDirectory.
+
+        The processes of a distributed run must take the same steps (saving and evaluating a model involve
+        them all); the one that writes decides from its records, the others from this copy of them.
+        """
+        for name in self.DECISIONS:
+            source = self.path / name
+            if source.is_dir():
+                shutil.copytree(source, scratch.path / name, dirs_exist_ok=True)
 
     def write_metrics(self, metrics):
         """Writes ``metrics.json``, atomically: from then on the run is finished."""
