@@ -53,8 +53,7 @@ def test_help_and_argument_checks_load_no_subcommands_work():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--jit-compile", "maybe"], "`jit_compile` must be true, false or \"auto\" (the measured fastest "
-                                          "path of this device). Received: jit_compile='maybe'"),
+    (["train", "--jit-compile", "maybe"], "`jit_compile` must be true, false or \"auto\" .* Received: jit_compile='maybe'"),
     (["train", "--learning-rate", "-1"], "Received: learning_rate=-1"),
     (["train", "--momentum", "1.5"], "Received: momentum=1.5"),
     (["train", "--seed", "x"], "Received: seed='x'"),
