@@ -246,9 +246,11 @@ class ImageClassifier(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _resolve_auto_jit_compile(self):
-        # Keras' `jit_compile="auto"` (no XLA where the model cannot take it, nor under tf.distribute), and
-        # XLA only where this package measured that it pays on this device (`step_compilation`).
-        return super()._resolve_auto_jit_compile() and resolve_jit_compile("auto", self.dtype_policy.name)
+        # Keras' `jit_compile="auto"` leaves XLA off on every CPU; this package's rule (`step_compilation`)
+        # decides by what was measured on the device and precision. As Keras, no XLA under tf.distribute.
+        if getattr(self, "_distribute_strategy", None) is not None:
+            return False
+        return resolve_jit_compile("auto", self.dtype_policy.name)
 
     def compile_from_config(self, config):
         # As Keras' own, which skips a custom `compile`: the config holds the arguments this one resolved.

@@ -3,23 +3,31 @@
 A training step runs either whole under XLA (``jit_compile=True``) or as a
 TensorFlow graph whose matmuls and convolutions go to oneDNN on a CPU
 (``jit_compile=False``). Which is faster is a property of the device, and
-it was measured (`attnconv bench --suite cpu`, which times both paths of
-every model in every precision side by side and says where the rule's pick
-was not the faster one):
+it is measured: `attnconv bench --suite steps` (part of the CPU suite)
+times every model on both paths in both training precisions, side by side,
+and marks where the rule's pick was not the faster one.
 
 - GPU and TPU: XLA, whole step (it fuses the element-wise work between the
   tensor-core matmuls; `attnconv bench --suite gpu` measures the models there).
-- CPU, TensorFlow: the graph, in every precision. XLA's CPU backend computes
-  bfloat16 matmuls without the CPU's bfloat16 units (AMX tiles, AVX-512 BF16
-  dot products), which oneDNN uses: on an Intel Xeon with AMX a 2048x2048
-  bfloat16 matmul ran at 298 GFLOP/s under XLA and 1,418 in the graph, and
-  the quadratic model's mixed_bfloat16 step took 5,150 ms under XLA and 2,243
-  in the graph (batch 50). In float32 the graph was faster too, less so:
-  4,652 ms (XLA) vs 4,286 (graph) on that Xeon; on an AMD EPYC with AVX2 only
-  (no bfloat16 units: `docs/performance.md` has the run) the graph was
-  faster in both precisions.
+- CPU with bfloat16 units, in a bfloat16 precision: the graph. XLA's CPU
+  backend computes bfloat16 matmuls without the CPU's bfloat16 units (AMX
+  tiles, AVX-512 BF16 dot products), which oneDNN uses: on an Intel Xeon
+  with AMX a 2048x2048 bfloat16 matmul ran at 298 GFLOP/s under XLA and 1,418
+  in the graph, and the quadratic model's mixed_bfloat16 step took 5,150 ms
+  under XLA and 2,243 in the graph (batch 50).
+- CPU with AMX, in float32: the graph as well (4,286 ms against XLA's 4,652
+  for that step on that Xeon).
+- Any other CPU: XLA. On an AMD EPYC with AVX2 and no bfloat16 units
+  (`training/results/bench-steps-cpu.md`, batch 16) XLA was faster for four
+  of the five models in float32 (up to 1.5x: ResNet-18, 862 ms vs 1,294; the
+  fifth, `learned`, 16% slower) and in mixed_bfloat16 (the fifth even),
+  where oneDNN, without bfloat16 units, took up to 17x as long
+  (`learned_content_local`: 11.1 s under XLA, 187 s in the graph).
 - JAX: XLA (it is JAX's only compiler; without ``jit`` a step runs op by op).
 - PyTorch: no XLA (Keras' own default there).
+
+An AVX-512 BF16 CPU without AMX is ruled by its bfloat16 units (the graph
+in bfloat16, XLA in float32) but was not measured on both paths yet.
 
 ``True`` and ``False`` still force a path. `cpu_capabilities` names what a
 CPU can do for bfloat16, for the benchmark reports and the run's log line.
@@ -27,8 +35,7 @@ CPU can do for bfloat16, for the benchmark reports and the run's log line.
 
 import keras
 
-from keras_attnconv.utils.reports import cpu_capabilities
-
+from keras_attnconv.utils.reports import BFLOAT16_UNITS, cpu_capabilities
 
 
 def check_jit_compile(jit_compile, argument="jit_compile"):
@@ -43,17 +50,19 @@ def uses_xla(platform, precision, backend, cpu_flags=frozenset()):
 
     Args:
         platform: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
-        precision: the model's dtype policy name (the rule is the same for every one today; the argument is
-            here because the measurements behind it were made per precision, and a new device may split them).
+        precision: the model's dtype policy name (its compute dtype is what matters).
         backend: Keras' backend name.
-        cpu_flags: the CPU's flags (`cpu_capabilities`); on a CPU they decide nothing today, for the same reason.
+        cpu_flags: the CPU's flags (Linux's names: ``amx_bf16``, ``avx512_bf16``, ...; `cpu_capabilities`).
     """
-    del precision, cpu_flags  # measured: the CPU's graph wins in every precision, with or without bf16 units
     if backend == "jax":
         return True
     if backend != "tensorflow":
         return False
-    return platform in ("gpu", "tpu")
+    if platform != "cpu":
+        return True
+    if "bfloat16" in precision and cpu_flags & set(BFLOAT16_UNITS):
+        return False  # oneDNN computes on the bfloat16 units; XLA's CPU backend does not
+    return "amx_bf16" not in cpu_flags  # measured: the graph on AMX machines, XLA elsewhere
 
 
 def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend=None):
