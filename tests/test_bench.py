@@ -116,6 +116,20 @@ def test_gpu_suite_covers_every_model_precision_and_both_quadratic_paths():
     assert bench.GPU_FULL["batch"] == 100 and bench.GPU_FULL["steps"] >= 20 and bench.GPU_FULL["fit_images"] >= 5000
 
 
+def test_the_floor_is_the_longer_of_the_larger_flop_count_at_the_matmul_rate_and_the_bytes_at_the_bandwidth():
+    rates, bandwidth = {"bfloat16": 500.0, "float32": 100.0}, 1000.0  # TFLOP/s, GB/s
+    row = {"precision": "mixed_bfloat16", "flops_per_step": 2e12, "xla_flops": 1e11, "xla_bytes": 1e9}
+    assert gpu_suite.floor_ms(row, rates, bandwidth) == pytest.approx(4.0)  # the formula's FLOPs: 2e12 / 5e14
+    assert gpu_suite.floor_ms({**row, "xla_flops": 4e12}, rates, bandwidth) == pytest.approx(8.0)  # XLA's, larger
+    assert gpu_suite.floor_ms({**row, "xla_bytes": 1e10}, rates, bandwidth) == pytest.approx(10.0)  # memory-bound
+    assert gpu_suite.floor_ms({**row, "precision": "float32"}, rates, bandwidth) == pytest.approx(20.0)
+    assert gpu_suite.floor_ms({**row, "xla_flops": None}, rates, bandwidth) is None
+
+
+def test_gpu_suite_measures_the_recipes_precision_first():
+    assert gpu_suite.cases(bench.GPU_FULL)[0]["precision"] == "mixed_bfloat16"
+
+
 def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):
     output = tmp_path / "gpu.json"
     command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", "gpu", "--quick", "--output",
@@ -135,8 +149,14 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
         assert row["precision"] == "mixed_float16" and row["finite_loss"]
         assert row["step_ms"] > 0 and row["fit_images_per_second"] > 0 and row["compile_seconds"] > 0
         assert row["peak_memory_mib"] > 0 and row["achieved_tflops"] > 0 and row["fraction_of_matmul"] > 0
+        # XLA's count of the work, and the floor it sets, for the model measured on each path only.
+        costed = row["model"] == "quadratic_tiny"
+        floor = gpu_suite.floor_ms(row, results["matmul_tflops"], results["read_gbps"])
+        assert (row["xla_flops"] > 0 and row["xla_bytes"] > 0 and floor > 0) if costed else (
+            row["xla_flops"] is None and floor is None)
+    assert results["read_gbps"] > 0
     table = (tmp_path / "gpu.md").read_text()
-    assert "| model | path | precision |" in table and f"{auto} (auto)" in table
+    assert "| model | path | precision |" in table and f"{auto} (auto)" in table and "| floor ms |" in table
     assert "fit images/s" in result.stdout
 
 
@@ -148,7 +168,7 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
         if kind == "gpu-references":
             measured.append("references")
             return [{"device": {"device": "fake", "backend": "jax"}, "matmul_tflops": dict.fromkeys(
-                ("float32", "bfloat16", "float16"), 1.0)}]
+                ("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}]
         (case,) = cases
         if len(measured) == 3 and "crash" not in measured:
             measured.append("crash")
@@ -156,7 +176,7 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
         measured.append(gpu_suite._case_key(case))
         return [{**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": case["forced_path"],
                  "auto_path": None, "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0,
-                 "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5}]
+                 "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}]
 
     monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
     output = tmp_path / "gpu.json"

@@ -146,6 +146,34 @@ def matmul_step(n, dtype, jit_compile=True):
     return lambda: ops.convert_to_numpy(product())
 
 
+def read_step(mib):
+    """A sum over `mib` MiB of float32 (it reads every byte once, writes one number): the device's read bandwidth."""
+    a = ops.convert_to_tensor(np.ones(mib * 2**18, dtype="float32"))
+    total = compiled(lambda: ops.sum(a), jit_compile=True)
+    return lambda: ops.convert_to_numpy(total())
+
+
+def xla_cost(model, x, y):
+    """XLA's count of one forward + backward pass of `model` on a batch: {"flops", "bytes_accessed"}; None off JAX.
+
+    Read off the compiled program (its cost analysis), so it is the work of the path XLA took, not a formula:
+    it puts a measured step beside the device's floor for that work.
+    """
+    if keras.backend.backend() != "jax":
+        return None
+    import jax
+
+    def loss(trainable, non_trainable, x, y):
+        logits, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+        return ops.mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+
+    arguments = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], x, y)
+    analysis = jax.jit(jax.grad(loss)).lower(*arguments).compile().cost_analysis()
+    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per device program
+        analysis = analysis[0]
+    return {"flops": float(analysis["flops"]), "bytes_accessed": float(analysis["bytes accessed"])}
+
+
 def run_in_workers(kind, cases, concurrently, program_memory=False, environment=None):
     """Runs `python -m keras_attnconv.bench <kind> CASE` for each case in its own fresh process; their JSON results.
 
