@@ -2,6 +2,7 @@
 link, recipe and file they give exists in the package as it is."""
 
 import ast
+import json
 import importlib
 import importlib.util
 import re
@@ -241,3 +242,19 @@ def test_the_front_pages_figures_are_committed_files_drawn_by_the_command_it_nam
     for image in images:
         assert (ROOT / image).is_file() and (ROOT / image).parent == ROOT / command.group(2), image
         assert (ROOT / image).stat().st_size < 150_000, f"{image}: keep the front page's figures small (low dpi)"
+
+
+def test_the_front_pages_gpu_table_is_the_results_file_of_the_command_it_names():
+    text = README.read_text()
+    results_file = re.search(r"attnconv bench --suite gpu --output\s+(training/results/\S+\.json)`", text)
+    assert results_file, "the README names the command that measured its GPU table"
+    results = json.loads((ROOT / results_file.group(1)).read_text())
+    measured = {row["model"]: row for row in results["rows"]
+                if row["precision"] == "mixed_bfloat16" and row["path"] == row["auto_path"]}
+    rows = table_rows(text, "| model | step ms, waited for |")
+    assert rows
+    for model, step_ms, images_per_second, peak_mib in rows:
+        row = measured[model.strip("`")]
+        assert step_ms == f"{row['step_ms']:.2f}", model
+        assert images_per_second == f"{row['fit_images_per_second']:,.0f}", model
+        assert peak_mib == f"{row['peak_memory_mib']:,.0f}", model
