@@ -35,7 +35,7 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model
 from keras_attnconv.models.flops import count_flops
 from keras_attnconv.models.step_compilation import resolve_jit_compile
-from keras_attnconv.utils.reports import machine, write_report
+from keras_attnconv.utils.reports import json_settings, machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
@@ -231,7 +231,7 @@ def run_benchmark(quick=False, output="bench.json", **overrides):
     models, matmul = model_step_benchmark(**settings)
     results = {
         "machine": machine(),
-        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+        "settings": json_settings(settings),
         "layer": layer,
         "models": models,
         "matmul": matmul,
@@ -247,7 +247,7 @@ def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
     settings = {**(QUICK if quick else FULL), **overrides}
     models, matmul = model_step_benchmark(**settings)
     results = {"machine": machine(),
-               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+               "settings": json_settings(settings),
                "models": models, "matmul": matmul}
     write_report(output, results, step_markdown(results))
     return results

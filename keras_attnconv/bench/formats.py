@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.bench.measure import interleaved, random_images
-from keras_attnconv.utils.reports import machine, write_report
+from keras_attnconv.utils.reports import json_settings, machine, write_report
 
 RUNTIMES = ("keras", "saved_model", "onnx", "litert")
 SMALL_BATCH, LARGE_BATCH = 1, 64
@@ -116,7 +116,7 @@ def run_format_benchmark(quick=False, output="bench-formats.json", **overrides):
     """Runs (e) alone (``attnconv bench --suite formats``); writes JSON and a markdown table beside; returns them."""
     settings = {**(FORMATS_QUICK if quick else FORMATS_FULL), **overrides}
     results = {"machine": machine(),
-               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+               "settings": json_settings(settings),
                "formats": format_benchmark(**settings)}
     write_report(output, results, formats_markdown(results["formats"], settings["repeats"]))
     return results

@@ -34,7 +34,7 @@ from keras_attnconv.bench.measure import (device_peak_memory, interleaved, matmu
                                           run_in_workers, xla_cost)
 from keras_attnconv.models import build_model, count_flops, with_attention_options
 from keras_attnconv.models.precision import PRECISIONS
-from keras_attnconv.utils.reports import device_description, report_paths, write_report
+from keras_attnconv.utils.reports import device_description, json_settings, report_paths, write_report
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
@@ -165,8 +165,7 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
     instead of starting over. The reference matmul rates are the first
     invocation's, measured on the same device.
     """
-    settings = {k: list(v) if isinstance(v, tuple) else v
-                for k, v in {**(GPU_QUICK if quick else GPU_FULL), **overrides}.items()}
+    settings = json_settings({**(GPU_QUICK if quick else GPU_FULL), **overrides})
     results = _previous_results(output, settings)
     if results is None:
         references = run_in_workers("gpu-references", [settings], concurrently=False)[0]

@@ -21,7 +21,7 @@ import numpy as np
 from keras_attnconv.analysis.throughput import Throughput
 from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model
-from keras_attnconv.utils.reports import device_description, write_report
+from keras_attnconv.utils.reports import device_description, json_settings, write_report
 
 SCALE_FULL = {"model": "quadratic", "precision": "mixed_bfloat16", "batch": 128, "image_size": 32,
               "devices": (1, 2, 4, 8), "fit_images": 128 * 20, "timed_epochs": 3}
@@ -58,8 +58,7 @@ def measure_scale_case(model, precision, batch, image_size, devices, fit_images,
 
 def run_scale_benchmark(quick=False, output="bench-scale.json", command=None, **overrides):
     """Runs the scale suite, one worker per device count, one at a time; writes JSON and a markdown table."""
-    settings = {k: list(v) if isinstance(v, tuple) else v
-                for k, v in {**(SCALE_QUICK if quick else SCALE_FULL), **overrides}.items()}
+    settings = json_settings({**(SCALE_QUICK if quick else SCALE_FULL), **overrides})
     # Where there is no accelerator, the CPU poses as the largest count of devices (a flag only the CPU reads).
     environment = {"KERAS_BACKEND": "jax",
                    "XLA_FLAGS": f"--xla_force_host_platform_device_count={max(settings['devices'])}"}

@@ -211,7 +211,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     @property
     def uses_content(self):
         """Whether the attention probabilities depend on the input."""
-        return self.use_content_content or self.use_content_position or self.use_key_bias
+        return ScoreWeights(self.use_content_content, self.use_content_position, self.use_key_bias).uses_content
 
     @property
     def key_dim(self):

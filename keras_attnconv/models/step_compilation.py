@@ -60,7 +60,7 @@ def uses_xla(platform, precision, backend, cpu_flags=frozenset()):
         return False
     if platform != "cpu":
         return True
-    if "bfloat16" in precision and cpu_flags & set(BFLOAT16_UNITS):
+    if keras.DTypePolicy(precision).compute_dtype == "bfloat16" and cpu_flags & set(BFLOAT16_UNITS):
         return False  # oneDNN computes on the bfloat16 units; XLA's CPU backend does not
     return "amx_bf16" not in cpu_flags  # measured: the graph on AMX machines, XLA elsewhere
 

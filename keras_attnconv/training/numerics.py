@@ -26,12 +26,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.utils.reports import device_description
-from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models.precision import PRECISIONS
+from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.run_directory import RunDirectory
-from keras_attnconv.utils.reports import write_report
+from keras_attnconv.utils.reports import device_description, json_settings, write_report
 
 NUMERICS_FULL = {"recipe": "quick", "epochs": None, "sizes": (32, 64), "batch": 8,
                  "hidden": 400, "heads": 9, "alpha": 1e4, "accuracy_points": 2.0}
@@ -144,7 +143,7 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
     run_dir = run_dir or tempfile.mkdtemp(prefix="attnconv-numerics-")
     settings = {**(NUMERICS_QUICK if quick else NUMERICS_FULL), **overrides}
     results = {"command": command, "device": device_description(),
-               "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+               "settings": json_settings(settings),
                "large_grids": large_grids(**settings), "far_centers": far_centers(**settings),
                "training": training_agreement(**settings, run_dir=run_dir)}
     results["ok"] = all(row["ok"] for part in ("large_grids", "far_centers", "training") for row in results[part])

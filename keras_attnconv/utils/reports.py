@@ -23,6 +23,11 @@ def report_paths(output):
     return json_path, f"{base}.md"
 
 
+def json_settings(settings):
+    """`settings` as a results file holds them (tuples as lists), so that a rerun's compare equal to a file's."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+
+
 def write_report(output, results, markdown):
     """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`)."""
     json_path, markdown_path = report_paths(output)
