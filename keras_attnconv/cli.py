@@ -203,7 +203,8 @@ def _bench(args):
     from keras_attnconv.utils.reports import report_paths
 
     defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json"}
+                "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json",
+                "profile": "bench-profile.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
@@ -226,6 +227,8 @@ def _bench(args):
     elif args.suite == "formats":
         results = bench.run_format_benchmark(quick=args.quick, output=output)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
+    elif args.suite == "profile":
+        print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output)))
     elif args.suite == "steps":
         print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output)))
     else:
@@ -347,7 +350,7 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps", "scale"),
+    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
                               default="cpu",
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
@@ -356,7 +359,8 @@ def build_parser():
                                    "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
                                    "that the jit_compile=auto rule stands on; scale: training images/s with data "
                                    "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
-                                   "accelerator)")
+                                   "accelerator); profile: where the quadratic step's time goes, by op kind, from "
+                                   "TensorFlow's profiler, on each path in float32 and mixed_bfloat16")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "

@@ -14,6 +14,9 @@
 - `run_scale_benchmark` (`attnconv bench --suite scale`, `scale_suite`):
   training images per second with Keras' `DataParallel` over 1, 2, 4, ...
   devices (JAX), the global batch fixed.
+- `run_profile` (`attnconv bench --suite profile`, `profile_suite`): where
+  a training step's time goes, by op kind, from TensorFlow's profiler, on
+  each path in each precision.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.
@@ -28,8 +31,10 @@ that it needs TensorFlow).
 from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark, run_step_benchmark, step_markdown
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
+from keras_attnconv.bench.profile_suite import PROFILE_FULL, PROFILE_QUICK, profile_markdown, run_profile
 from keras_attnconv.bench.scale_suite import SCALE_FULL, SCALE_QUICK, run_scale_benchmark, scale_markdown
 
-__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "QUICK", "SCALE_FULL", "SCALE_QUICK",
-           "formats_markdown", "gpu_markdown", "markdown_tables", "run_benchmark", "run_format_benchmark",
-           "run_gpu_benchmark", "run_scale_benchmark", "run_step_benchmark", "scale_markdown", "step_markdown"]
+__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "PROFILE_FULL", "PROFILE_QUICK", "QUICK",
+           "SCALE_FULL", "SCALE_QUICK", "formats_markdown", "gpu_markdown", "markdown_tables", "profile_markdown",
+           "run_benchmark", "run_format_benchmark", "run_gpu_benchmark", "run_profile", "run_scale_benchmark",
+           "run_step_benchmark", "scale_markdown", "step_markdown"]

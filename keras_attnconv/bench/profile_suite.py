@@ -1,0 +1,177 @@
+"""The profile suite of `attnconv bench --suite profile`: where a training step's time goes (TensorFlow).
+
+For each precision and path (XLA; TensorFlow's graph, oneDNN on a CPU), in a
+worker process of its own, TensorFlow's profiler records `repeats` training
+steps of one model after `warmup` steps. Every event of the trace gets its
+self time (its duration less that of the events nested in it on the same
+thread); an event that is a framework's (an executor, a thread pool's
+`ParallelFor`, Python waiting for the step) gives its self time to the op it
+runs inside, or else to "framework and waiting". Ops are grouped by kind:
+TensorFlow's op type (`MatMul`, `StatelessRandomUniformV2`, ...) or XLA's
+operation name without its number (`MatMul`, `loop_multiply_fusion`, ...).
+The table gives each kind's share of the op time, and how much of it is
+matmuls and convolutions, random numbers (dropout's masks) and the rest.
+
+This is what the training step's fraction of the matmul rate is made of
+(`attnconv bench --suite steps`): the time not in matmuls, and which ops
+hold it. It needs TensorFlow (its profiler).
+"""
+
+import collections
+import glob
+import os
+import re
+import tempfile
+import time
+
+import keras
+import numpy as np
+
+from keras_attnconv.bench.cpu_suite import machine_text
+from keras_attnconv.bench.measure import random_images, run_in_workers
+from keras_attnconv.models import build_model
+from keras_attnconv.utils.reports import json_settings, machine, write_report
+
+PROFILE_FULL = {"model": "quadratic", "precisions": ("float32", "mixed_bfloat16"), "paths": ("xla", "graph"),
+                "batch": 16, "image_size": 32, "warmup": 2, "repeats": 3, "top": 12}
+# Tiny shapes, a smoke test of the profile and its parsing (it runs in the CPU test suite): not a measurement.
+PROFILE_QUICK = {"model": "quadratic_tiny", "precisions": ("float32",), "paths": ("xla", "graph"), "batch": 2,
+                 "image_size": 8, "warmup": 1, "repeats": 1, "top": 5}
+JIT_COMPILE = {"xla": True, "graph": False}
+FRAMEWORK = "framework and waiting"
+# Kinds of op by what they compute (lower-cased substrings of the kind's name).
+CATEGORIES = {"matmul": ("matmul", "dot", "conv", "einsum", "gemm"), "random": ("random", "rng", "philox")}
+_FRAMEWORK_NAMES = {"one_step_on_data", "BlockUntilReady", "ParallelFor", "EagerCopyToDevice", "FunctionRun",
+                    "ValidateInputTypeAndPlacement"}
+# Executors, TensorFlow's C API, a compiled function's own event, and XLA's marks of an operation's end.
+_FRAMEWORK_PREFIXES = ("__inference", "a_inference", "TFE_", "end: ")
+
+
+def is_framework_event(name):
+    """Whether a trace event is the framework's (runs ops, or waits for them) rather than an op's."""
+    return "::" in name or "Execute" in name or name.startswith(_FRAMEWORK_PREFIXES) or name in _FRAMEWORK_NAMES
+
+
+def op_kind(name):
+    """An op event's kind: TensorFlow's op type (after the ':'), or XLA's operation name without its numbers
+    (``MatMul_1.180`` and ``MatMul.12`` are both ``MatMul``)."""
+    return re.sub(r"(_\d+)?(\.\d+)?$", "", name.rsplit(":", 1)[-1].strip())
+
+
+def category(kind):
+    """"matmul", "random" or "other": what an op kind computes."""
+    lowered = kind.lower()
+    return next((name for name, parts in CATEGORIES.items() if any(part in lowered for part in parts)), "other")
+
+
+def self_times_by_kind(lines):
+    """Seconds of self time per op kind (and `FRAMEWORK`) over the threads' events.
+
+    Args:
+        lines: per thread, a list of ``(name, start_ps, duration_ps)`` events, nested like a call stack.
+    """
+    totals = collections.Counter()
+    for events in lines:
+        events = sorted(events, key=lambda e: (e[1], -e[2]))  # an enclosing event before the events in it
+        self_ps = [duration for _, _, duration in events]
+        owner = [None] * len(events)  # the index of the op event each event's self time belongs to
+        stack = []  # (end_ps, index) of the events still open
+        for index, (name, start, duration) in enumerate(events):
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            parent = stack[-1][1] if stack else None
+            if parent is not None:
+                self_ps[parent] -= duration
+            if not is_framework_event(name):
+                owner[index] = index
+            elif parent is not None:
+                owner[index] = owner[parent]
+            stack.append((start + duration, index))
+        for index, seconds in enumerate(self_ps):
+            kind = FRAMEWORK if owner[index] is None else op_kind(events[owner[index]][0])
+            totals[kind] += max(seconds, 0) / 1e12
+    return totals
+
+
+def _trace_lines(logdir):
+    """The host threads' events of the profile written to `logdir`: lists of (name, start_ps, duration_ps)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    lines = []
+    for plane in space.planes:
+        names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
+        for line in plane.lines:
+            lines.append([(names.get(e.metadata_id, "?"), e.offset_ps, e.duration_ps) for e in line.events])
+    return lines
+
+
+def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_):
+    """One model's training step in one precision on one path under TensorFlow's profiler. A worker's job."""
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    built = build_model(model, seed=0, dtype=precision, image_size=image_size)
+    built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=JIT_COMPILE[path])
+    x, y = random_images(batch, image_size), (np.arange(batch) % 10).astype("int32")
+    for _ in range(warmup):
+        built.train_on_batch(x, y)
+    logdir = tempfile.mkdtemp(prefix="attnconv-profile-")
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        built.train_on_batch(x, y)  # returns the loss to the host: the step has finished
+    step_seconds = (time.perf_counter() - start) / repeats
+    tf.profiler.experimental.stop()
+    seconds = self_times_by_kind(_trace_lines(logdir))
+    return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
+            "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()}}
+
+
+def run_profile(quick=False, output="bench-profile.json", **overrides):
+    """Profiles every (precision, path) case, one worker at a time; writes JSON and a markdown table beside it."""
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError("the profile suite needs TensorFlow's profiler: run it with KERAS_BACKEND=tensorflow")
+    settings = json_settings({**(PROFILE_QUICK if quick else PROFILE_FULL), **overrides})
+    cases = [{**settings, "precision": precision, "path": path}
+             for precision in settings["precisions"] for path in settings["paths"]]
+    rows = [run_in_workers("profile-case", [case], concurrently=False)[0] for case in cases]
+    results = {"machine": machine(), "settings": settings, "rows": rows}
+    write_report(output, results, profile_markdown(results))
+    return results
+
+
+def shares(row):
+    """The op time per step (ms, framework and waiting left out) and each category's share of it."""
+    ops_ms = {kind: ms for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK}
+    total = sum(ops_ms.values())
+    by_category = collections.Counter()
+    for kind, ms in ops_ms.items():
+        by_category[category(kind)] += ms
+    return total, {name: by_category[name] / total for name in (*CATEGORIES, "other")}
+
+
+def profile_markdown(results):
+    settings = results["settings"]
+    lines = [f"Machine: {machine_text(results['machine'])}.", "",
+             f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
+             f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: the ops' self "
+             "time per step summed over threads (framework and waiting left out).", "",
+             "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in results["rows"]:
+        total, share = shares(row)
+        lines.append(f"| {row['precision']} | {row['path']} | {row['step_ms']:.1f} | {total:.1f} "
+                     + "".join(f"| {100 * share[name]:.0f}% " for name in share)
+                     + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} |")
+    for row in results["rows"]:
+        total, _ = shares(row)
+        lines += ["", f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds", "",
+                  "| op kind | ms per step | share |", "|---|---|---|"]
+        kinds = [(kind, ms) for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK][:settings["top"]]
+        lines += [f"| `{kind}` | {ms:.2f} | {100 * ms / total:.1f}% |" for kind, ms in kinds]
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""`attnconv bench --suite profile`: a step's time by op kind, from TensorFlow's profiler's trace."""
+
+import json
+
+import pytest
+
+from keras_attnconv import bench, cli
+from keras_attnconv.bench import profile_suite
+from keras_attnconv.bench.profile_suite import FRAMEWORK, category, op_kind, self_times_by_kind
+
+MS = 10**9  # picoseconds
+
+
+def test_an_ops_kind_is_its_type_or_its_xla_name_without_numbers():
+    assert op_kind("model/encoder_0/attention/Tensordot/MatMul_1:MatMul") == "MatMul"
+    assert op_kind("cluster: MatMul_1.180") == "MatMul"
+    assert op_kind("loop_multiply_fusion.12") == "loop_multiply_fusion"
+    assert category("MatMul") == category("BatchMatMulV2") == category("convolution") == "matmul"
+    assert category("StatelessRandomUniformV2") == category("rng-bit-generator") == "random"
+    assert category("loop_multiply_fusion") == "other"
+
+
+def test_self_time_goes_to_the_op_a_framework_event_runs_inside_else_to_framework_and_waiting():
+    main_thread = [("EagerExecute", 0, 10 * MS),  # waits 10 ms for the step, 3 ms of it its own
+                   ("a/MatMul:MatMul", 1 * MS, 4 * MS),
+                   ("ParallelFor", 2 * MS, 2 * MS),  # the thread pool running the MatMul: the MatMul's time
+                   ("b/Mul:Mul", 6 * MS, 3 * MS)]
+    pool_thread = [("ThunkExecutor::Execute", 0, 5 * MS), ("MatMul.3", 0, 4 * MS)]
+    seconds = self_times_by_kind([main_thread, pool_thread])
+    assert seconds["MatMul"] == pytest.approx(8e-3)  # 4 ms (its ParallelFor included) + 4 ms on the pool
+    assert seconds["Mul"] == pytest.approx(3e-3)
+    assert seconds[FRAMEWORK] == pytest.approx(3e-3 + 1e-3)
+    assert sum(seconds.values()) == pytest.approx(15e-3)  # every picosecond once
+
+
+def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys):
+    output = tmp_path / "profile.json"
+    assert cli.main(["bench", "--suite", "profile", "--quick", "--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    assert [(row["precision"], row["path"]) for row in results["rows"]] == [
+        (precision, path) for precision in bench.PROFILE_QUICK["precisions"] for path in ("xla", "graph")]
+    for row in results["rows"]:
+        total, share = profile_suite.shares(row)
+        assert row["step_ms"] > 0 and total > 0 and share["matmul"] > 0
+        assert sum(share.values()) == pytest.approx(1.0)
+    table = (tmp_path / "profile.md").read_text()
+    assert "| precision | path | step ms | op ms | matmul | random | other |" in table
+    assert "the 5 largest op kinds" in capsys.readouterr().out
