@@ -350,8 +350,8 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
-                              default="cpu",
+    benchmarking.add_argument("--suite", default="cpu",
+                              choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
                               help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
                                    "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
                                    "the accelerator; numerics: training, far centers and large grids in the three "

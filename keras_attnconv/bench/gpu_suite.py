@@ -102,7 +102,8 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
         "steps_timed": steps,
         "fit_images_per_second": throughput.images_per_second, "fit_images": fit_images,
         "peak_memory_mib": peak_mib, "memory_source": memory_source,
-        "flops_per_step": flops_per_step, "achieved_tflops": flops_per_step / step_seconds / 1e12, "finite_loss": bool(np.isfinite(losses).all()),
+        "flops_per_step": flops_per_step, "achieved_tflops": flops_per_step / step_seconds / 1e12,
+        "finite_loss": bool(np.isfinite(losses).all()),
         "xla_flops": cost and cost["flops"], "xla_bytes": cost and cost["bytes_accessed"],
     }
 

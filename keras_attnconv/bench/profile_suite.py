@@ -139,7 +139,7 @@ def run_profile(quick=False, output="bench-profile.json", **overrides):
     settings = json_settings({**(PROFILE_QUICK if quick else PROFILE_FULL), **overrides})
     cases = [{**settings, "precision": precision, "path": path}
              for precision in settings["precisions"] for path in settings["paths"]]
-    rows = [run_in_workers("profile-case", [case], concurrently=False)[0] for case in cases]
+    rows = run_in_workers("profile-case", cases, concurrently=False)
     results = {"machine": machine(), "settings": settings, "rows": rows}
     write_report(output, results, profile_markdown(results))
     return results
