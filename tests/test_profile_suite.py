@@ -33,9 +33,13 @@ def test_self_time_goes_to_the_op_a_framework_event_runs_inside_else_to_framewor
     assert sum(seconds.values()) == pytest.approx(15e-3)  # every picosecond once
 
 
-def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys):
+def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the workers' temporary files
     output = tmp_path / "profile.json"
     assert cli.main(["bench", "--suite", "profile", "--quick", "--output", str(output)]) == 0
+    assert not list(scratch.glob("attnconv-profile-*"))  # the traces are read, not left behind
     results = json.loads(output.read_text())
     assert [(row["precision"], row["path"]) for row in results["rows"]] == [
         (precision, path) for precision in bench.PROFILE_QUICK["precisions"] for path in ("xla", "graph")]

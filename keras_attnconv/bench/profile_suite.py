@@ -120,14 +120,15 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     x, y = random_images(batch, image_size), (np.arange(batch) % 10).astype("int32")
     for _ in range(warmup):
         built.train_on_batch(x, y)
-    logdir = tempfile.mkdtemp(prefix="attnconv-profile-")
-    tf.profiler.experimental.start(logdir)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        built.train_on_batch(x, y)  # returns the loss to the host: the step has finished
-    step_seconds = (time.perf_counter() - start) / repeats
-    tf.profiler.experimental.stop()
-    seconds = self_times_by_kind(_trace_lines(logdir))
+    # The trace is read here and not kept: nothing is left behind outside the output the user chose.
+    with tempfile.TemporaryDirectory(prefix="attnconv-profile-") as logdir:
+        tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            built.train_on_batch(x, y)  # returns the loss to the host: the step has finished
+        step_seconds = (time.perf_counter() - start) / repeats
+        tf.profiler.experimental.stop()
+        seconds = self_times_by_kind(_trace_lines(logdir))
     return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
             "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()}}
 
