@@ -29,3 +29,19 @@ def test_a_failed_numerics_check_fails_the_command(tmp_path, monkeypatch, capsys
     assert cli.main(["bench", "--suite", "numerics", "--quick", "--output", str(output)]) == 2
     assert f"a numerics check failed: see {output}" in capsys.readouterr().err
     assert json.loads(output.read_text())["ok"] is False  # the figures are kept
+
+
+def test_a_non_finite_figure_is_written_as_its_name_and_fails_the_check(tmp_path, monkeypatch):
+    """A NaN loss is what a failed check looks like: it is reported, not a crash at the end (JSON has no
+    NaN, and the suite would lose every figure it had measured)."""
+    monkeypatch.setattr(numerics, "training_agreement", lambda **_: [])
+    monkeypatch.setattr(numerics, "large_grids", lambda **_: [])
+    monkeypatch.setattr(numerics, "PRECISIONS", ("float32",))
+    output = tmp_path / "numerics.json"
+    # alpha = 1e38 takes the far heads' scores to -inf: their softmax is NaN, a real non-finite loss.
+    results = numerics.run_numerics(quick=True, output=str(output), alpha=1e38)
+    assert results["ok"] is False
+    rows = json.loads(output.read_text())["far_centers"]
+    assert [(row["path"], row["loss"], row["ok"]) for row in rows] == [
+        ("separable", "nan", False), ("position", "nan", False)]
+    assert "| float32 | separable | nan | False |" in (tmp_path / "numerics.md").read_text()

@@ -43,6 +43,21 @@ NUMERICS_QUICK = {"recipe": "quick", "epochs": 1, "sizes": (4, 6), "batch": 2,
 RELATIVE_TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
 
 
+def _measured(value):
+    """A figure for the report: the float when finite, else its name ("nan", "inf", "-inf").
+
+    JSON has no NaN or infinity, and a non-finite figure is what a failed check shows: written as text,
+    the report keeps it instead of the whole suite failing at the end.
+    """
+    value = float(value)
+    return value if np.isfinite(value) else str(value)
+
+
+def _shown(value, spec):
+    """A figure of the report in the markdown: formatted when a number, its name when not finite."""
+    return format(value, spec) if isinstance(value, float) else value
+
+
 def training_agreement(recipe, epochs, run_dir, accuracy_points, model_overrides=None, image_size=None, **_):
     """The recipe trained in each precision: accuracy, finite losses, distance to float32 in points."""
     from keras_attnconv.training.recipe import load_recipe
@@ -108,7 +123,7 @@ def far_centers(alpha, **_):
             loss = model.train_on_batch(x, np.zeros_like(x))
             finite = bool(np.isfinite(loss)) and all(np.isfinite(ops.convert_to_numpy(w)).all()
                                                      for w in model.weights)
-            rows.append({"precision": precision, "path": layer.attention_mode, "loss": float(loss), "ok": finite})
+            rows.append({"precision": precision, "path": layer.attention_mode, "loss": _measured(loss), "ok": finite})
     return rows
 
 
@@ -128,7 +143,7 @@ def large_grids(sizes, batch, hidden, heads, **_):
             relative = float(np.abs(fast_y - general_y).max() / scale)
             tolerance = RELATIVE_TOLERANCE[keras.DTypePolicy(precision).compute_dtype]
             rows.append({"tokens": f"{size}x{size}", "batch": batch, "precision": precision,
-                         "relative_difference": relative, "tolerance": tolerance,
+                         "relative_difference": _measured(relative), "tolerance": tolerance,
                          "ok": bool(np.isfinite(fast_y).all()) and relative <= tolerance})
             del fast, general
     return rows
@@ -163,11 +178,11 @@ def numerics_markdown(results):
               f"| {r['finite']} | {r['ok']} |" for r in results["training"]]
     lines += ["", f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:", "",
               "| precision | path | loss | finite |", "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['path']} | {r['loss']:.4g} | {r['ok']} |" for r in results["far_centers"]]
+    lines += [f"| {r['precision']} | {r['path']} | {_shown(r['loss'], '.4g')} | {r['ok']} |" for r in results["far_centers"]]
     lines += ["", f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}), separable vs "
               "general path:", "", "| tokens | batch | precision | max relative difference | tolerance | ok |",
               "|---|---|---|---|---|---|"]
-    lines += [f"| {r['tokens']} | {r['batch']} | {r['precision']} | {r['relative_difference']:.1e} "
+    lines += [f"| {r['tokens']} | {r['batch']} | {r['precision']} | {_shown(r['relative_difference'], '.1e')} "
               f"| {r['tolerance']:.0e} | {r['ok']} |" for r in results["large_grids"]]
     lines += ["", f"All checks passed: {results['ok']}."]
     return "\n".join(lines) + "\n"
