@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_attnconv.layers.dropout import Dropout
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
 from keras_attnconv.layers.validation import get_activation, get_initializer, real_inputs
@@ -106,7 +107,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.intermediate_dense = dense(self.intermediate_dim, "intermediate_dense", hidden, _portable(self.activation))
         self.output_dense = dense(hidden, "output_dense", self.intermediate_dim)
         self.output_norm = norm("output_norm")
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy)
 
         self.attention.build(input_shape)
         self.attention_dense.build(input_shape)

@@ -51,6 +51,7 @@ from keras_attnconv.layers.attention_paths import (
     window_entries,
 )
 from keras_attnconv.layers.attention_span import get_attention_span
+from keras_attnconv.layers.dropout import Dropout
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments
@@ -189,10 +190,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.windowed = windowed
         check_bool("rematerialize", rematerialize)
         self.rematerialize = rematerialize
-        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype="float32")
+        self.dropout_layer = Dropout(self.dropout, dtype="float32")
         # The separable path drops row and column links independently, each with the rate that
         # keeps a (query, key) link with probability 1 - dropout, as the general path does.
-        self.axis_dropout_layer = keras.layers.Dropout(1.0 - (1.0 - self.dropout) ** 0.5, dtype="float32")
+        self.axis_dropout_layer = Dropout(1.0 - (1.0 - self.dropout) ** 0.5, dtype="float32")
         self._attention_mode = None
 
     @property
