@@ -1,14 +1,13 @@
 """`keras.layers.Dropout` whose masks are cheap in an XLA-compiled step on a CPU (TensorFlow backend).
 
 Keras draws a dropout mask on TensorFlow with the default stateless generator.
-Compiled by XLA for a CPU, that is Philox, expanded into scalar 64-bit
-multiplications that do not vectorise: in the quadratic model's float32 XLA
-step (batch 16, AMD EPYC with AVX2) its 24 masks took about 250 ms of the
-2.87 s step, against 1-2% of the graph step's time. ThreeFry, the generator
-JAX uses, is 32-bit additions, rotations and xors, which vectorise: the same
-masks take about 90 ms (the step 2.71 s; 2.62 s with no dropout at all).
-`docs/performance.md` ("Where the step's time goes") has the profile that found
-it, measured by `attnconv bench --suite profile`.
+Compiled by XLA for a CPU, that is Philox, expanded into 64-bit multiplications
+that do not vectorise: in the quadratic model's float32 XLA step (batch 16, AMD
+EPYC with AVX2) its 24 masks took 9.7% of the op time (376 ms per step), against
+1-2% of the graph step's. ThreeFry, the generator JAX uses, is 32-bit additions,
+rotations and xors, which vectorise: the same masks take 129 ms (4.3%).
+`attnconv bench --suite profile` measured both (`docs/performance.md`, "Where
+the step's time goes").
 
 TensorFlow's ThreeFry kernel exists only in XLA (the graph's CPU kernel refuses
 it), so the layer draws with ThreeFry only when it is traced for XLA on a CPU,
