@@ -5,7 +5,8 @@ Compiled by XLA for a CPU, that is Philox, expanded into 64-bit multiplications
 that do not vectorise: in the quadratic model's float32 XLA step (batch 16, AMD
 EPYC with AVX2) its 24 masks took 9.7% of the op time (376 ms per step), against
 1-2% of the graph step's. ThreeFry, the generator JAX uses, is 32-bit additions,
-rotations and xors, which vectorise: the same masks take 129 ms (4.3%).
+rotations and xors, which vectorise: the same masks take 129 ms (4.3%; the two
+profiles ran a day apart on two machines of that type, the second ~16% faster).
 `attnconv bench --suite profile` measured both (`docs/performance.md`, "Where
 the step's time goes").
 
@@ -37,7 +38,8 @@ class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout`, drawing its masks with ThreeFry when compiled by XLA on a CPU (see the module)."""
 
     def call(self, inputs, training=False):
-        if training and self.rate > 0 and _traced_for_xla_on_a_cpu():
+        # Rate 1 is Keras' zeros (TensorFlow's stateless dropout refuses it).
+        if training and 0 < self.rate < 1 and _traced_for_xla_on_a_cpu():
             return threefry_dropout(inputs, self.rate, self.noise_shape, self.seed_generator.next())
         return super().call(inputs, training=training)
 
