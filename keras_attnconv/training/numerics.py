@@ -178,7 +178,8 @@ def numerics_markdown(results):
               f"| {r['finite']} | {r['ok']} |" for r in results["training"]]
     lines += ["", f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:", "",
               "| precision | path | loss | finite |", "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['path']} | {_shown(r['loss'], '.4g')} | {r['ok']} |" for r in results["far_centers"]]
+    lines += [f"| {r['precision']} | {r['path']} | {_shown(r['loss'], '.4g')} | {r['ok']} |"
+              for r in results["far_centers"]]
     lines += ["", f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}), separable vs "
               "general path:", "", "| tokens | batch | precision | max relative difference | tolerance | ok |",
               "|---|---|---|---|---|---|"]
