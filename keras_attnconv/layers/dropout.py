@@ -23,9 +23,14 @@ import keras
 from keras_attnconv.layers.path_rule import default_platform
 
 
+def draws_threefry_under_xla():
+    """Whether masks traced for XLA are drawn with ThreeFry by this layer here: TensorFlow on a CPU."""
+    return keras.backend.backend() == "tensorflow" and default_platform() == "cpu"
+
+
 def _traced_for_xla_on_a_cpu():
     """Whether this call is being traced by TensorFlow for an XLA-compiled function on a CPU."""
-    if keras.backend.backend() != "tensorflow" or default_platform() != "cpu":
+    if not draws_threefry_under_xla():
         return False
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util  # TensorFlow's own test for an XLA context

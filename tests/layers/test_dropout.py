@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_attnconv.layers import RelativeMultiHeadAttention, TransformerEncoderBlock
-from keras_attnconv.layers.dropout import Dropout, threefry_dropout
+from keras_attnconv.layers.dropout import Dropout, draws_threefry_under_xla, threefry_dropout
 
 
 def test_outside_xla_it_is_keras_dropout_mask_for_mask():
@@ -20,9 +20,7 @@ def test_outside_xla_it_is_keras_dropout_mask_for_mask():
 def _xla_on_a_cpu_tensorflow():
     """TensorFlow, or the test is skipped: the ThreeFry draw is TensorFlow's, on a CPU (JAX's masks are ThreeFry
     already, and elsewhere the layer is Keras')."""
-    from keras_attnconv.layers.path_rule import default_platform
-
-    if keras.backend.backend() != "tensorflow" or default_platform() != "cpu":
+    if not draws_threefry_under_xla():
         pytest.skip("ThreeFry masks are drawn by TensorFlow's XLA on a CPU only")
     import tensorflow as tf
 
