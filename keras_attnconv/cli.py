@@ -206,6 +206,12 @@ def _bench(args):
                 "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json",
                 "profile": "bench-profile.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
+    overrides = {key: value for key, value in (("models", args.models), ("image_size", args.image_size))
+                 if value is not None}
+    if overrides and args.suite != "gpu":
+        flags = " and ".join("--" + key.replace("_", "-") for key in overrides)
+        raise ValueError(f"{flags} {'choose' if len(overrides) > 1 else 'chooses'} the gpu suite's cases; the {args.suite} suite has its own. "
+                         f"Received: --suite {args.suite}")
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)
@@ -218,7 +224,7 @@ def _bench(args):
         if not results["ok"]:
             raise RuntimeError(f"a numerics check failed: see {report_paths(output)[0]}")
     elif args.suite == "gpu":
-        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line)
+        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line, **overrides)
         print(bench.gpu_markdown(results))
         drawn = _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "scale":
@@ -360,8 +366,14 @@ def build_parser():
                                    "that the jit_compile=auto rule stands on; scale: training images/s with data "
                                    "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
                                    "accelerator); profile: where the quadratic step's time goes, by op kind, from "
-                                   "TensorFlow's profiler, on each path in float32 and mixed_bfloat16")
+                                   "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
+                                   "with JAX: its kernels, batch 100)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
+    benchmarking.add_argument("--models", type=lambda text: tuple(text.split(",")), default=None,
+                              help="gpu suite: the models to measure, comma-separated (default: quadratic, gaussian, "
+                                   "learned, learned_content, resnet18)")
+    benchmarking.add_argument("--image-size", type=int, default=None,
+                              help="gpu suite: the images' height and width (default 32)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
                                    "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "

@@ -1,8 +1,11 @@
-"""The profile suite of `attnconv bench --suite profile`: where a training step's time goes (TensorFlow).
+"""The profile suite of `attnconv bench --suite profile`: where a training step's time goes.
 
 For each precision and path (XLA; TensorFlow's graph, oneDNN on a CPU), in a
-worker process of its own, TensorFlow's profiler records `repeats` training
-steps of one model after `warmup` steps. Every event of the trace gets its
+worker process of its own, the backend's profiler (TensorFlow's, or JAX's,
+where every step is XLA) records `repeats` training steps of one model after
+`warmup` steps. On a GPU only the device's kernels are counted (the host's
+launches of them would count twice), and their sum beside the step's time
+is how busy the device kept. Every event of the trace gets its
 self time (its duration less that of the events nested in it on the same
 thread); an event that is a framework's (an executor, a thread pool's
 `ParallelFor`, Python waiting for the step) gives its self time to the op it
@@ -14,7 +17,7 @@ matmuls and convolutions, random numbers (dropout's masks) and the rest.
 
 This is what the training step's fraction of the matmul rate is made of
 (`attnconv bench --suite steps`): the time not in matmuls, and which ops
-hold it. It needs TensorFlow (its profiler).
+hold it.
 """
 
 import collections
@@ -30,21 +33,27 @@ import numpy as np
 from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model
-from keras_attnconv.utils.reports import json_settings, machine, write_report
+from keras_attnconv.utils.reports import device_description, json_settings, machine, write_report
 
 PROFILE_FULL = {"model": "quadratic", "precisions": ("float32", "mixed_bfloat16"), "paths": ("xla", "graph"),
                 "batch": 16, "image_size": 32, "warmup": 2, "repeats": 3, "top": 12}
+# A GPU (JAX): the GPU suite's batch, the recipes' precision first, every step XLA.
+PROFILE_GPU = {**PROFILE_FULL, "precisions": ("mixed_bfloat16", "float32"), "paths": ("xla",), "batch": 100,
+               "warmup": 5, "repeats": 10, "top": 15}
 # Tiny shapes, a smoke test of the profile and its parsing (it runs in the CPU test suite): not a measurement.
 PROFILE_QUICK = {"model": "quadratic_tiny", "precisions": ("float32",), "paths": ("xla", "graph"), "batch": 2,
                  "image_size": 8, "warmup": 1, "repeats": 1, "top": 5}
 JIT_COMPILE = {"xla": True, "graph": False}
 FRAMEWORK = "framework and waiting"
 # Kinds of op by what they compute (lower-cased substrings of the kind's name).
-CATEGORIES = {"matmul": ("matmul", "dot", "conv", "einsum", "gemm"), "random": ("random", "rng", "philox")}
+# A GPU's matmul kernels are named by their library: cuBLAS (gemm, xmma, nvjet) or CUTLASS.
+CATEGORIES = {"matmul": ("matmul", "dot", "conv", "einsum", "gemm", "xmma", "nvjet", "cutlass"),
+              "random": ("random", "rng", "philox")}
 _FRAMEWORK_NAMES = {"one_step_on_data", "BlockUntilReady", "ParallelFor", "EagerCopyToDevice", "FunctionRun",
-                    "ValidateInputTypeAndPlacement"}
-# Executors, TensorFlow's C API, a compiled function's own event, and XLA's marks of an operation's end.
-_FRAMEWORK_PREFIXES = ("__inference", "a_inference", "TFE_", "end: ")
+                    "ValidateInputTypeAndPlacement", "shard_args"}
+# Executors, TensorFlow's C API, a compiled function's own event, XLA's marks of an operation's end,
+# Python's frames (JAX's profiler names them "$file:line function") and JAX's call of a compiled function.
+_FRAMEWORK_PREFIXES = ("__inference", "a_inference", "TFE_", "end: ", "$", "PjitFunction")
 
 
 def is_framework_event(name):
@@ -93,11 +102,35 @@ def self_times_by_kind(lines):
     return totals
 
 
+def _trace_path(logdir):
+    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    return path
+
+
+def _jax_trace_lines(logdir):
+    """The events JAX's profiler wrote to `logdir`, as `self_times_by_kind` takes them.
+
+    Where a GPU's plane holds kernels, its streams' events alone (kernels and copies, in the order the
+    device ran them); else every thread of the host. Returns the events per line and the lines' names.
+    """
+    import jax
+
+    # The profile's planes, lines and events are iterators, read once.
+    planes = [(plane.name, list(plane.lines)) for plane in jax.profiler.ProfileData.from_file(_trace_path(logdir)).planes]
+    gpu_streams = [line for name, lines in planes if name.startswith("/device:GPU") for line in lines
+                   if line.name.startswith("Stream")]
+    lines = gpu_streams or [line for _, lines in planes for line in lines]
+    events = [[(event.name, round(event.start_ns * 1e3), round(event.duration_ns * 1e3)) for event in line.events]
+              for line in lines]
+    return events, sorted({line.name for line in lines})
+
+
 def _trace_lines(logdir):
-    """The host threads' events of the profile written to `logdir`: lists of (name, start_ps, duration_ps)."""
+    """The host threads' events of TensorFlow's profile written to `logdir`: lists of (name, start_ps,
+    duration_ps)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-    (path,) = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    path = _trace_path(logdir)
     space = xplane_pb2.XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
@@ -109,10 +142,34 @@ def _trace_lines(logdir):
     return lines
 
 
-def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_):
-    """One model's training step in one precision on one path under TensorFlow's profiler. A worker's job."""
+def _profiled_steps(step, repeats, logdir):
+    """Runs `step` `repeats` times under the backend's profiler writing to `logdir`.
+
+    Returns (seconds per step, the events per line, the names of JAX's lines those are or None).
+    """
+    if keras.backend.backend() == "jax":
+        import jax
+
+        with jax.profiler.trace(logdir):
+            seconds = _timed(step, repeats)
+        return (seconds, *_jax_trace_lines(logdir))
     import tensorflow as tf
 
+    tf.profiler.experimental.start(logdir)
+    seconds = _timed(step, repeats)
+    tf.profiler.experimental.stop()
+    return seconds, _trace_lines(logdir), None
+
+
+def _timed(step, repeats):
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    return (time.perf_counter() - start) / repeats
+
+
+def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_):
+    """One model's training step in one precision on one path under the backend's profiler. A worker's job."""
     keras.utils.set_random_seed(0)
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
     built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
@@ -122,26 +179,31 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
         built.train_on_batch(x, y)
     # The trace is read here and not kept: nothing is left behind outside the output the user chose.
     with tempfile.TemporaryDirectory(prefix="attnconv-profile-") as logdir:
-        tf.profiler.experimental.start(logdir)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            built.train_on_batch(x, y)  # returns the loss to the host: the step has finished
-        step_seconds = (time.perf_counter() - start) / repeats
-        tf.profiler.experimental.stop()
-        seconds = self_times_by_kind(_trace_lines(logdir))
+        # train_on_batch returns the loss to the host: each step has finished when the next starts.
+        step_seconds, lines, line_names = _profiled_steps(lambda: built.train_on_batch(x, y), repeats, logdir)
+    seconds = self_times_by_kind(lines)
     return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
-            "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()}}
+            "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()},
+            "trace_lines": line_names}
+
+
+def profile_settings(quick):
+    """The suite's settings for this backend and device: JAX compiles every step with XLA (no graph path)."""
+    if keras.backend.backend() != "jax":
+        return PROFILE_QUICK if quick else PROFILE_FULL
+    import jax
+
+    on_gpu = jax.default_backend() == "gpu"
+    return {**(PROFILE_QUICK if quick else PROFILE_GPU if on_gpu else PROFILE_FULL), "paths": ("xla",)}
 
 
 def run_profile(quick=False, output="bench-profile.json", **overrides):
     """Profiles every (precision, path) case, one worker at a time; writes JSON and a markdown table beside it."""
-    if keras.backend.backend() != "tensorflow":
-        raise RuntimeError("the profile suite needs TensorFlow's profiler: run it with KERAS_BACKEND=tensorflow")
-    settings = json_settings({**(PROFILE_QUICK if quick else PROFILE_FULL), **overrides})
+    settings = json_settings({**profile_settings(quick), **overrides})
     cases = [{**settings, "precision": precision, "path": path}
              for precision in settings["precisions"] for path in settings["paths"]]
     rows = run_in_workers("profile-case", cases, concurrently=False)
-    results = {"machine": machine(), "settings": settings, "rows": rows}
+    results = {"machine": machine(), "device": device_description(), "settings": settings, "rows": rows}
     write_report(output, results, profile_markdown(results))
     return results
 
@@ -157,11 +219,14 @@ def shares(row):
 
 
 def profile_markdown(results):
-    settings = results["settings"]
-    lines = [f"Machine: {machine_text(results['machine'])}.", "",
+    settings, device = results["settings"], results.get("device", {}).get("device", "")
+    on_gpu = device.endswith("(gpu)")
+    op_time = ("the device's kernels' time per step (when the device was busy)" if on_gpu else
+               "the ops' self time per step summed over threads (framework and waiting left out)")
+    lines = [f"Machine: {machine_text(results['machine'])}" + (f"; device: {device}" if on_gpu else "")
+             + f"; Keras {results['machine']['keras']} on {results['machine']['backend']}.", "",
              f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
-             f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: the ops' self "
-             "time per step summed over threads (framework and waiting left out).", "",
+             f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: {op_time}.", "",
              "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms |",
              "|---|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
