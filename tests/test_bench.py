@@ -196,6 +196,43 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
     assert json.loads(output.read_text())["settings"]["batch"] == 50
 
 
+def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, monkeypatch):
+    chosen = []
+
+    def fake_workers(kind, cases, concurrently):
+        if kind == "gpu-references":
+            return [{"device": {"device": "fake", "backend": "jax"}, "matmul_tflops": dict.fromkeys(
+                ("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}]
+        (case,) = cases
+        chosen.append((case["model"], case["image_size"]))
+        return [{**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": None, "auto_path": None,
+                 "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0, "peak_memory_mib": 4.0,
+                 "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}]
+
+    monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
+    output = tmp_path / "gpu64.json"
+    assert cli.main(["bench", "--suite", "gpu", "--models", "learned_content,learned_content_local",
+                     "--image-size", "64", "--output", str(output)]) == 0
+    assert chosen == [(model, 64) for _ in bench.GPU_FULL["precisions"]
+                      for model in ("learned_content", "learned_content_local")]
+    settings = json.loads(output.read_text())["settings"]
+    assert settings["models"] == ["learned_content", "learned_content_local"] and settings["image_size"] == 64
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--suite", "cpu", "--models", "quadratic"], "--models chooses the gpu suite's cases; the cpu suite has its own. "
+                                                  "Received: --suite cpu"),
+    (["--suite", "profile", "--models", "quadratic", "--image-size", "64"], "--models and --image-size choose"),
+    (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+    (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
+])
+def test_gpu_suite_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
+    monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
+    assert cli.main(["bench", *arguments, "--output", str(tmp_path / "out.json")]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("given", ["res.md", "res.json", "res.MD", "res"])
 def test_an_output_named_for_either_format_writes_both_files(tmp_path, capsys, monkeypatch, given):
     from keras_attnconv.bench import formats

@@ -1,12 +1,15 @@
-"""`attnconv bench --suite profile`: a step's time by op kind, from TensorFlow's profiler's trace."""
+"""`attnconv bench --suite profile`: a step's time by op kind, from the backend's profiler's trace."""
 
 import json
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import profile_suite
-from keras_attnconv.bench.profile_suite import FRAMEWORK, category, op_kind, self_times_by_kind
+from keras_attnconv.bench.profile_suite import FRAMEWORK, category, counted_lines, op_kind, self_times_by_kind
 
 MS = 10**9  # picoseconds
 
@@ -18,6 +21,9 @@ def test_an_ops_kind_is_its_type_or_its_xla_name_without_numbers():
     assert category("MatMul") == category("BatchMatMulV2") == category("convolution") == "matmul"
     assert category("StatelessRandomUniformV2") == category("rng-bit-generator") == "random"
     assert category("loop_multiply_fusion") == "other"
+    # A GPU's matmuls are named by their library's kernels.
+    assert category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT") == category("sm90_xmma_gemm_f32f32_tf32f32") == (
+        "matmul")
 
 
 def test_self_time_goes_to_the_op_a_framework_event_runs_inside_else_to_framework_and_waiting():
@@ -50,3 +56,30 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     table = (tmp_path / "profile.md").read_text()
     assert "| precision | path | step ms | op ms | matmul | random | other |" in table
     assert "the 5 largest op kinds" in capsys.readouterr().out
+
+
+def test_on_a_gpu_only_its_streams_are_counted_else_every_host_thread():
+    def line(name):
+        return SimpleNamespace(name=name, events=[])
+
+    kernels, copies, launches = line("Stream #14(Compute)"), line("Stream #15(MemcpyH2D)"), line("python3")
+    gpu_planes = [("/host:CPU", [launches]), ("/device:GPU:0", [kernels, line("XLA Modules"), copies])]
+    assert counted_lines(gpu_planes) == [kernels, copies]  # the host's launch events would count twice
+    host_planes = [("/host:CPU", [launches, line("tf_XLAEigen/1")]), ("/host:metadata", [])]
+    assert [counted.name for counted in counted_lines(host_planes)] == ["python3", "tf_XLAEigen/1"]
+
+
+def test_quick_profile_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):
+    output = tmp_path / "profile.json"
+    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", "profile", "--quick", "--output",
+               str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=jax_without_tensorflow)
+    assert result.returncode == 0, result.stderr
+    results = json.loads(output.read_text())
+    assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
+    assert results["settings"]["paths"] == ["xla"]  # JAX has no graph path
+    (row,) = results["rows"]
+    total, share = profile_suite.shares(row)
+    assert row["path"] == "xla" and row["step_ms"] > 0 and total > 0 and share["matmul"] > 0
+    assert row["trace_lines"]  # the lines the op time was read from
+    assert "Keras" in (tmp_path / "profile.md").read_text().splitlines()[0]

@@ -107,19 +107,27 @@ def _trace_path(logdir):
     return path
 
 
-def _jax_trace_lines(logdir):
-    """The events JAX's profiler wrote to `logdir`, as `self_times_by_kind` takes them.
+def counted_lines(planes):
+    """The lines of a JAX profile's planes whose events are counted.
 
-    Where a GPU's plane holds kernels, its streams' events alone (kernels and copies, in the order the
-    device ran them); else every thread of the host. Returns the events per line and the lines' names.
+    Where a GPU's plane holds streams, their events alone (kernels and copies, in the order the device ran
+    them: the host's launches of them would count twice); else every thread of the host.
+
+    Args:
+        planes: ``(plane name, lines)`` pairs; a line has a ``name`` and its ``events``.
     """
+    gpu_streams = [line for name, lines in planes if name.startswith("/device:GPU") for line in lines
+                   if line.name.startswith("Stream")]
+    return gpu_streams or [line for _, lines in planes for line in lines]
+
+
+def _jax_trace_lines(logdir):
+    """The events JAX's profiler wrote to `logdir`, as `self_times_by_kind` takes them, and their lines' names."""
     import jax
 
     # The profile's planes, lines and events are iterators, read once.
-    planes = [(plane.name, list(plane.lines)) for plane in jax.profiler.ProfileData.from_file(_trace_path(logdir)).planes]
-    gpu_streams = [line for name, lines in planes if name.startswith("/device:GPU") for line in lines
-                   if line.name.startswith("Stream")]
-    lines = gpu_streams or [line for _, lines in planes for line in lines]
+    profile = jax.profiler.ProfileData.from_file(_trace_path(logdir))
+    lines = counted_lines([(plane.name, list(plane.lines)) for plane in profile.planes])
     events = [[(event.name, round(event.start_ns * 1e3), round(event.duration_ns * 1e3)) for event in line.events]
               for line in lines]
     return events, sorted({line.name for line in lines})
