@@ -24,7 +24,7 @@ from support import requires_tensorflow, served_config, tiny_model, tree_digest
 from keras_attnconv import build_model, export, save_to_preset
 from keras_attnconv.export import exporter, formats
 from keras_attnconv.training.data import dataset_info
-from keras_attnconv.export.root import ExportRoot
+from keras_attnconv.export.root import VERSION_FILES, ExportRoot
 
 pytestmark = requires_tensorflow
 SMALL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -491,15 +491,32 @@ def test_an_export_its_runtime_cannot_run_is_refused_and_nothing_is_published(tm
     assert [p.name for p in (tmp_path / "tiny").iterdir()] == []
 
 
-def test_a_litert_file_its_interpreter_cannot_load_is_never_published(tmp_path):
+def test_a_litert_file_its_interpreter_cannot_load_is_never_published(tmp_path, monkeypatch):
     pytest.importorskip("ai_edge_litert")
-    # The converter writes a file the interpreter refuses for position-only heads on a 2x2 grid.
-    model = build_model("quadratic_tiny", seed=0, image_size=4, **SMALL)
+    convert = formats.write_single_file
+
+    def convert_to_a_damaged_file(model, staging, format, description):
+        # The real file, cut in half: a file the real interpreter refuses, as it refused the converter's
+        # file for position-only heads on a 2x2 grid before they were one batched matmul.
+        signature = convert(model, staging, format, description)
+        path = staging / VERSION_FILES[format]
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+        return signature
+
+    monkeypatch.setattr(exporter, "write_single_file", convert_to_a_damaged_file)
     with pytest.raises(RuntimeError, match="The litert export of quadratic_tiny cannot be run by ai_edge_litert"):
-        export.export_model(model, tmp_path, format="litert")
+        export.export_model(build_model("quadratic_tiny", seed=0, **SMALL), tmp_path, format="litert")
     assert [p.name for p in (tmp_path / "quadratic_tiny").iterdir()] == []
+    monkeypatch.undo()
     path = export.export_model(build_model("quadratic_tiny", seed=0, image_size=8, **SMALL), tmp_path,
                                format="litert")
+    assert path == tmp_path / "quadratic_tiny" / "1"
+
+
+def test_position_only_heads_on_a_2x2_grid_export_to_a_litert_file_that_runs(tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    model = build_model("quadratic_tiny", seed=0, image_size=4, **SMALL)
+    path = export.export_model(model, tmp_path, format="litert")  # it runs the file before publishing it
     assert path == tmp_path / "quadratic_tiny" / "1"
 
 

@@ -273,7 +273,17 @@ def contract_heads(probabilities, values, output_kernel):
         context = ops.einsum(f"{p},bkc->bqhc", probabilities, values)
         return ops.einsum("bqhc,hco->bqo", context, output_kernel)
     projected = ops.einsum("bkc,hco->bkho", values, output_kernel)
-    return ops.einsum(f"{p},bkho->bqo", probabilities, projected)
+    if p == "bhqk":
+        return ops.einsum("bhqk,bkho->bqo", probabilities, projected)
+    # Shared probabilities: one batched matmul over (key, head) together, the two axes `projected` already
+    # has side by side, with the small probabilities laid out to match. Written as an einsum over (k, h),
+    # XLA transposed the (batch, T, heads, output_dim) tensor instead: fwd + bwd of one layer's contraction,
+    # batch 100, 256 tokens, 9 heads, 400 channels, bfloat16 on an H200: 0.74 ms against 0.94.
+    heads, queries, keys = probabilities.shape
+    rows = ops.reshape(ops.transpose(probabilities, (1, 2, 0)), (queries, keys * heads))
+    batch = ops.shape(values)[0]
+    return ops.matmul(ops.broadcast_to(rows, (batch, queries, keys * heads)),
+                      ops.reshape(projected, (batch, keys * heads, output_kernel.shape[-1])))
 
 
 def separable_attention(row_scores, column_scores, inputs, output_kernel, dropout=None):

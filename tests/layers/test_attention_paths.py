@@ -76,12 +76,13 @@ def test_dropout_applies_to_the_probabilities_and_the_returned_ones_are_before_i
     np.testing.assert_allclose(numpy(outputs), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["per_example", "shared_by_the_batch"])
 @pytest.mark.parametrize("output_dim", [2, 7], ids=["values_first", "contexts_first"])
-def test_both_contraction_orders_compute_the_sum_over_heads(output_dim):
-    probabilities, values, kernel = tensors((BATCH, HEADS, TOKENS, TOKENS), (BATCH, TOKENS, CHANNELS),
-                                            (HEADS, CHANNELS, output_dim), seed=4)
+def test_both_contraction_orders_compute_the_sum_over_heads(output_dim, shared):
+    probabilities, values, kernel = tensors((HEADS, TOKENS, TOKENS) if shared else (BATCH, HEADS, TOKENS, TOKENS),
+                                            (BATCH, TOKENS, CHANNELS), (HEADS, CHANNELS, output_dim), seed=4)
     assert attention_paths.values_first(CHANNELS, output_dim, TOKENS) == (output_dim < CHANNELS)
-    expected = np.einsum("bhqk,bkc,hco->bqo", probabilities, values, kernel)
+    expected = np.einsum(f"{'' if shared else 'b'}hqk,bkc,hco->bqo", probabilities, values, kernel)
     np.testing.assert_allclose(numpy(attention_paths.contract_heads(probabilities, values, kernel)), expected,
                                atol=1e-5)
 
