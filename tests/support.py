@@ -423,3 +423,17 @@ def tree_digest(path):
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         digest.update(str(file.relative_to(path)).encode() + file.read_bytes())
     return digest.hexdigest()
+
+
+def quick_bench_on_jax(suite, output, environment):
+    """`attnconv bench --suite <suite> --quick` in a subprocess with `environment` (e.g. JAX without
+    TensorFlow): asserts it succeeded and returns (its results file's JSON, the completed process)."""
+    import json
+
+    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", suite, "--quick", "--output",
+               str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+    assert result.returncode == 0, result.stderr
+    results = json.loads(Path(output).read_text())
+    assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
+    return results, result

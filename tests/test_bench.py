@@ -1,11 +1,10 @@
 """`attnconv bench --quick` (CPU suite) and `attnconv bench --suite gpu --quick` run and write well-formed results."""
 
 import json
-import subprocess
-import sys
 
 import keras
 import pytest
+from support import quick_bench_on_jax
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, gpu_suite
@@ -132,12 +131,7 @@ def test_gpu_suite_measures_the_recipes_precision_first():
 
 def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):
     output = tmp_path / "gpu.json"
-    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", "gpu", "--quick", "--output",
-               str(output)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=jax_without_tensorflow)
-    assert result.returncode == 0, result.stderr
-    results = json.loads(output.read_text())
-    assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
+    results, result = quick_bench_on_jax("gpu", output, jax_without_tensorflow)
     assert results["command"] == f"attnconv bench --suite gpu --quick --output {output}"
     assert set(results["matmul_tflops"]) == {"float32", "bfloat16", "float16"}
     rows = {(row["model"], row["path"]): row for row in results["rows"]}

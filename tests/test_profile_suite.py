@@ -1,11 +1,10 @@
 """`attnconv bench --suite profile`: a step's time by op kind, from the backend's profiler's trace."""
 
 import json
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
+from support import quick_bench_on_jax
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import profile_suite
@@ -71,12 +70,7 @@ def test_on_a_gpu_only_its_streams_are_counted_else_every_host_thread():
 
 def test_quick_profile_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):
     output = tmp_path / "profile.json"
-    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", "profile", "--quick", "--output",
-               str(output)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=jax_without_tensorflow)
-    assert result.returncode == 0, result.stderr
-    results = json.loads(output.read_text())
-    assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
+    results, _ = quick_bench_on_jax("profile", output, jax_without_tensorflow)
     assert results["settings"]["paths"] == ["xla"]  # JAX has no graph path
     (row,) = results["rows"]
     total, share = profile_suite.shares(row)
