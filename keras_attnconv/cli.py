@@ -224,7 +224,8 @@ def _bench(args):
         if not results["ok"]:
             raise RuntimeError(f"a numerics check failed: see {report_paths(output)[0]}")
     elif args.suite == "gpu":
-        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line, **overrides)
+        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line,
+                                          **overrides)
         print(bench.gpu_markdown(results))
         drawn = _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "scale":
@@ -369,11 +370,12 @@ def build_parser():
                                    "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
                                    "with JAX: its kernels, batch 100)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
-    benchmarking.add_argument("--models", type=lambda text: tuple(text.split(",")), default=None,
-                              help="gpu suite: the models to measure, comma-separated (default: quadratic, gaussian, "
-                                   "learned, learned_content, resnet18)")
+    benchmarking.add_argument("--models", type=lambda text: tuple(name.strip() for name in text.split(",")),
+                              default=None, help="gpu suite: the models to measure, comma-separated (default: the "
+                                                 "suite's five paper models; two tiny ones with --quick)")
     benchmarking.add_argument("--image-size", type=int, default=None,
-                              help="gpu suite: the images' height and width (default 32)")
+                              help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
+                                   "--quick)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
                                    "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "

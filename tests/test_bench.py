@@ -219,6 +219,7 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
     (["--suite", "profile", "--models", "quadratic", "--image-size", "64"], "--models and --image-size choose"),
     (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
     (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
+    (["--suite", "gpu", "--models", "quadratic", "--image-size", "33"], "`image_size` must be a multiple of"),
 ])
 def test_gpu_suite_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
     monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))

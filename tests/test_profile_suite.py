@@ -20,6 +20,7 @@ def test_an_ops_kind_is_its_type_or_its_xla_name_without_numbers():
     assert category("MatMul") == category("BatchMatMulV2") == category("convolution") == "matmul"
     assert category("StatelessRandomUniformV2") == category("rng-bit-generator") == "random"
     assert category("loop_multiply_fusion") == "other"
+    assert category("loop_convert_fusion") == category("convert_bitcast_fusion") == "other"  # casts, not convolutions
     # A GPU's matmuls are named by their library's kernels.
     assert category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT") == category("sm90_xmma_gemm_f32f32_tf32f32") == (
         "matmul")
@@ -63,9 +64,20 @@ def test_on_a_gpu_only_its_streams_are_counted_else_every_host_thread():
 
     kernels, copies, launches = line("Stream #14(Compute)"), line("Stream #15(MemcpyH2D)"), line("python3")
     gpu_planes = [("/host:CPU", [launches]), ("/device:GPU:0", [kernels, line("XLA Modules"), copies])]
-    assert counted_lines(gpu_planes) == [kernels, copies]  # the host's launch events would count twice
+    assert counted_lines(gpu_planes) == ([kernels, copies], True)  # the host's launch events would count twice
     host_planes = [("/host:CPU", [launches, line("tf_XLAEigen/1")]), ("/host:metadata", [])]
-    assert [counted.name for counted in counted_lines(host_planes)] == ["python3", "tf_XLAEigen/1"]
+    lines, device_kernels = counted_lines(host_planes)
+    assert [counted.name for counted in lines] == ["python3", "tf_XLAEigen/1"] and not device_kernels
+
+
+def test_every_event_of_a_device_stream_is_a_kernel_even_a_cpp_one():
+    cutlass = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)"
+    stream = [("loop_add_fusion_3", 0, 2 * MS), (cutlass, 2 * MS, 5 * MS), ("MemcpyD2H", 7 * MS, 1 * MS)]
+    seconds = self_times_by_kind([stream], device_kernels=True)
+    assert seconds == pytest.approx({"loop_add_fusion": 2e-3, cutlass: 5e-3, "MemcpyD2H": 1e-3})
+    assert category(cutlass) == "matmul"
+    # On a host's thread the same "::" marks a framework's event, whose time is the framework's.
+    assert FRAMEWORK in self_times_by_kind([stream])
 
 
 def test_quick_profile_runs_on_jax_without_tensorflow(tmp_path, jax_without_tensorflow):

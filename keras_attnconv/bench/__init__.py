@@ -15,8 +15,8 @@
   training images per second with Keras' `DataParallel` over 1, 2, 4, ...
   devices (JAX), the global batch fixed.
 - `run_profile` (`attnconv bench --suite profile`, `profile_suite`): where
-  a training step's time goes, by op kind, from TensorFlow's profiler, on
-  each path in each precision.
+  a training step's time goes, by op kind, from TensorFlow's profiler (on
+  each path) or JAX's (XLA; on a GPU, its kernels), in each precision.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.

@@ -34,7 +34,6 @@ from keras_attnconv.bench.measure import (device_peak_memory, interleaved, matmu
                                           run_in_workers, xla_cost)
 from keras_attnconv.models import build_model, count_flops, get_model_config, with_attention_options
 from keras_attnconv.models.precision import PRECISIONS
-from keras_attnconv.utils.checks import check_positive_int
 from keras_attnconv.utils.reports import device_description, json_settings, report_paths, write_report
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
@@ -169,8 +168,8 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
     """
     settings = json_settings({**(GPU_QUICK if quick else GPU_FULL), **overrides})
     for model in settings["models"]:
-        get_model_config(model)  # an unknown name fails here, with the closest names, not in a worker
-    check_positive_int("image_size", settings["image_size"])
+        # An unknown name (with the closest ones) or a size the model cannot take fails here, not in a worker.
+        get_model_config(model, image_size=settings["image_size"])
     results = _previous_results(output, settings)
     if results is None:
         references = run_in_workers("gpu-references", [settings], concurrently=False)[0]

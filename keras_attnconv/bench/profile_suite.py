@@ -26,6 +26,7 @@ import os
 import re
 import tempfile
 import time
+import typing
 
 import keras
 import numpy as np
@@ -47,7 +48,9 @@ JIT_COMPILE = {"xla": True, "graph": False}
 FRAMEWORK = "framework and waiting"
 # Kinds of op by what they compute (lower-cased substrings of the kind's name).
 # A GPU's matmul kernels are named by their library: cuBLAS (gemm, xmma, nvjet) or CUTLASS.
-CATEGORIES = {"matmul": ("matmul", "dot", "conv", "einsum", "gemm", "xmma", "nvjet", "cutlass"),
+# "convolution" and "conv2d", not "conv": XLA's `convert` fusions are element-wise casts.
+CATEGORIES = {"matmul": ("matmul", "dot", "convolution", "conv1d", "conv2d", "conv3d", "einsum", "gemm", "xmma",
+                         "nvjet", "cutlass"),
               "random": ("random", "rng", "philox")}
 _FRAMEWORK_NAMES = {"one_step_on_data", "BlockUntilReady", "ParallelFor", "EagerCopyToDevice", "FunctionRun",
                     "ValidateInputTypeAndPlacement", "shard_args"}
@@ -64,7 +67,13 @@ def is_framework_event(name):
 def op_kind(name):
     """An op event's kind: TensorFlow's op type (after the ':'), or XLA's operation name without its numbers
     (``MatMul_1.180`` and ``MatMul.12`` are both ``MatMul``)."""
-    return re.sub(r"(_\d+)?(\.\d+)?$", "", name.rsplit(":", 1)[-1].strip())
+    return kernel_kind(name.rsplit(":", 1)[-1].strip())
+
+
+def kernel_kind(name):
+    """A device kernel's kind: its name without its numbers (``loop_add_fusion_3`` is ``loop_add_fusion``); a
+    library's C++ kernel (``void cutlass::Kernel2<...>``) keeps its whole name."""
+    return re.sub(r"(_\d+)?(\.\d+)?$", "", name)
 
 
 def category(kind):
@@ -73,13 +82,21 @@ def category(kind):
     return next((name for name, parts in CATEGORIES.items() if any(part in lowered for part in parts)), "other")
 
 
-def self_times_by_kind(lines):
+def self_times_by_kind(lines, device_kernels=False):
     """Seconds of self time per op kind (and `FRAMEWORK`) over the threads' events.
 
     Args:
         lines: per thread, a list of ``(name, start_ps, duration_ps)`` events, nested like a call stack.
+        device_kernels: whether the lines are a device's streams, whose events are all kernels and copies,
+            one after the other: none is the framework's, though a C++ kernel's name holds the "::" that
+            marks a framework's event on a host's thread.
     """
     totals = collections.Counter()
+    if device_kernels:
+        for events in lines:
+            for name, _, duration in events:
+                totals[kernel_kind(name)] += duration / 1e12
+        return totals
     for events in lines:
         events = sorted(events, key=lambda e: (e[1], -e[2]))  # an enclosing event before the events in it
         self_ps = [duration for _, _, duration in events]
@@ -107,8 +124,16 @@ def _trace_path(logdir):
     return path
 
 
+class Trace(typing.NamedTuple):
+    """What a profile's trace holds for `self_times_by_kind`."""
+
+    lines: list  # per line, its (name, start_ps, duration_ps) events
+    line_names: list  # those lines' names (JAX's; None for TensorFlow's)
+    device_kernels: bool  # whether the lines are a device's streams (`self_times_by_kind`)
+
+
 def counted_lines(planes):
-    """The lines of a JAX profile's planes whose events are counted.
+    """The lines of a JAX profile's planes whose events are counted, and whether they are a device's streams.
 
     Where a GPU's plane holds streams, their events alone (kernels and copies, in the order the device ran
     them: the host's launches of them would count twice); else every thread of the host.
@@ -118,24 +143,23 @@ def counted_lines(planes):
     """
     gpu_streams = [line for name, lines in planes if name.startswith("/device:GPU") for line in lines
                    if line.name.startswith("Stream")]
-    return gpu_streams or [line for _, lines in planes for line in lines]
+    return (gpu_streams, True) if gpu_streams else ([line for _, lines in planes for line in lines], False)
 
 
-def _jax_trace_lines(logdir):
-    """The events JAX's profiler wrote to `logdir`, as `self_times_by_kind` takes them, and their lines' names."""
+def _jax_trace(logdir):
+    """The `Trace` JAX's profiler wrote to `logdir`."""
     import jax
 
     # The profile's planes, lines and events are iterators, read once.
     profile = jax.profiler.ProfileData.from_file(_trace_path(logdir))
-    lines = counted_lines([(plane.name, list(plane.lines)) for plane in profile.planes])
+    lines, device_kernels = counted_lines([(plane.name, list(plane.lines)) for plane in profile.planes])
     events = [[(event.name, round(event.start_ns * 1e3), round(event.duration_ns * 1e3)) for event in line.events]
               for line in lines]
-    return events, sorted({line.name for line in lines})
+    return Trace(events, sorted({line.name for line in lines}), device_kernels)
 
 
-def _trace_lines(logdir):
-    """The host threads' events of TensorFlow's profile written to `logdir`: lists of (name, start_ps,
-    duration_ps)."""
+def _tensorflow_trace(logdir):
+    """The `Trace` of TensorFlow's profile written to `logdir`: every thread's events."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     path = _trace_path(logdir)
@@ -147,26 +171,26 @@ def _trace_lines(logdir):
         names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
         for line in plane.lines:
             lines.append([(names.get(e.metadata_id, "?"), e.offset_ps, e.duration_ps) for e in line.events])
-    return lines
+    return Trace(lines, None, False)
 
 
 def _profiled_steps(step, repeats, logdir):
     """Runs `step` `repeats` times under the backend's profiler writing to `logdir`.
 
-    Returns (seconds per step, the events per line, the names of JAX's lines those are or None).
+    Returns (seconds per step, the `Trace`).
     """
     if keras.backend.backend() == "jax":
         import jax
 
         with jax.profiler.trace(logdir):
             seconds = _timed(step, repeats)
-        return (seconds, *_jax_trace_lines(logdir))
+        return seconds, _jax_trace(logdir)
     import tensorflow as tf
 
     tf.profiler.experimental.start(logdir)
     seconds = _timed(step, repeats)
     tf.profiler.experimental.stop()
-    return seconds, _trace_lines(logdir), None
+    return seconds, _tensorflow_trace(logdir)
 
 
 def _timed(step, repeats):
@@ -188,16 +212,20 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     # The trace is read here and not kept: nothing is left behind outside the output the user chose.
     with tempfile.TemporaryDirectory(prefix="attnconv-profile-") as logdir:
         # train_on_batch returns the loss to the host: each step has finished when the next starts.
-        step_seconds, lines, line_names = _profiled_steps(lambda: built.train_on_batch(x, y), repeats, logdir)
-    seconds = self_times_by_kind(lines)
+        step_seconds, trace = _profiled_steps(lambda: built.train_on_batch(x, y), repeats, logdir)
+    seconds = self_times_by_kind(trace.lines, trace.device_kernels)
     return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
             "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()},
-            "trace_lines": line_names}
+            "trace_lines": trace.line_names, "device_kernels": trace.device_kernels}
 
 
 def profile_settings(quick):
     """The suite's settings for this backend and device: JAX compiles every step with XLA (no graph path)."""
-    if keras.backend.backend() != "jax":
+    backend = keras.backend.backend()
+    if backend not in ("tensorflow", "jax"):
+        raise RuntimeError(f"the profile suite reads TensorFlow's or JAX's profiler: run it with KERAS_BACKEND="
+                           f"tensorflow or jax. Received: backend {backend!r}")
+    if backend == "tensorflow":
         return PROFILE_QUICK if quick else PROFILE_FULL
     import jax
 
@@ -228,10 +256,10 @@ def shares(row):
 
 def profile_markdown(results):
     settings, device = results["settings"], results.get("device", {}).get("device", "")
-    on_gpu = device.endswith("(gpu)")
-    op_time = ("the device's kernels' time per step (when the device was busy)" if on_gpu else
+    on_device = any(row.get("device_kernels") for row in results["rows"])  # what was read, not where it ran
+    op_time = ("the device's kernels' time per step (when the device was busy)" if on_device else
                "the ops' self time per step summed over threads (framework and waiting left out)")
-    lines = [f"Machine: {machine_text(results['machine'])}" + (f"; device: {device}" if on_gpu else "")
+    lines = [f"Machine: {machine_text(results['machine'])}" + (f"; device: {device}" if on_device else "")
              + f"; Keras {results['machine']['keras']} on {results['machine']['backend']}.", "",
              f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
              f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: {op_time}.", "",
@@ -246,6 +274,8 @@ def profile_markdown(results):
         total, _ = shares(row)
         lines += ["", f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds", "",
                   "| op kind | ms per step | share |", "|---|---|---|"]
-        kinds = [(kind, ms) for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK][:settings["top"]]
+        # Largest first, whatever order the file kept (JSON is written with sorted keys).
+        kinds = sorted(((kind, ms) for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK),
+                       key=lambda item: -item[1])[:settings["top"]]
         lines += [f"| `{kind}` | {ms:.2f} | {100 * ms / total:.1f}% |" for kind, ms in kinds]
     return "\n".join(lines)

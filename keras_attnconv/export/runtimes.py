@@ -59,8 +59,9 @@ def load_in_runtime(format, version_dir):
 def check_in_runtime(model, staging, format, name):
     """Raises RuntimeError unless the export in `staging` loads and runs one batch in its runtime (if installed).
 
-    A converter can write a file its own runtime refuses (LiteRT on the
-    smallest grids): such a file must never be published.
+    A converter can write a file its own runtime refuses (LiteRT did on the
+    smallest grids until position-only heads became one batched matmul): such a file must never be
+    published.
     """
     module, _ = RUNTIMES[format]
     try:

@@ -268,22 +268,26 @@ def contract_heads(probabilities, values, output_kernel):
     Returns:
         (batch, T, output_dim).
     """
-    p = "hqk" if ops.ndim(probabilities) == 3 else "bhqk"
+    shared = ops.ndim(probabilities) == 3
+    p = "hqk" if shared else "bhqk"
     if not values_first(values.shape[-1], output_kernel.shape[-1], probabilities.shape[-1]):
         context = ops.einsum(f"{p},bkc->bqhc", probabilities, values)
         return ops.einsum("bqhc,hco->bqo", context, output_kernel)
     projected = ops.einsum("bkc,hco->bkho", values, output_kernel)
-    if p == "bhqk":
-        return ops.einsum("bhqk,bkho->bqo", probabilities, projected)
-    # Shared probabilities: one batched matmul over (key, head) together, the two axes `projected` already
-    # has side by side, with the small probabilities laid out to match. Written as an einsum over (k, h),
-    # XLA transposed the (batch, T, heads, output_dim) tensor instead. On an H200, the quadratic step's kernels
-    # (`attnconv bench --suite profile`, batch 100, bfloat16): 8.00 ms against 9.70, 2.44 ms of it transposes.
-    heads, queries, keys = probabilities.shape
+    heads, queries, keys = probabilities.shape[-3:]
+    output_dim = output_kernel.shape[-1]
+    if not shared or queries > output_dim:
+        return ops.einsum(f"{p},bkho->bqo", probabilities, projected)
+    # Shared probabilities: one batched matmul over (key, head) together, the two axes `projected` holds side
+    # by side. Written as an einsum over (k, h), XLA transposed `projected`, (batch, T, heads, output_dim);
+    # the probabilities broadcast over the batch instead, (batch, queries, keys * heads), are no larger while
+    # queries <= output_dim (the models': 256 <= 400). On an H200 the quadratic step's kernels
+    # (`attnconv bench --suite profile`, batch 100, bfloat16) took 8.00 ms against 9.70 with the einsum, whose
+    # transposes were 2.44 ms of those 9.70.
     rows = ops.reshape(ops.transpose(probabilities, (1, 2, 0)), (queries, keys * heads))
     batch = ops.shape(values)[0]
     return ops.matmul(ops.broadcast_to(rows, (batch, queries, keys * heads)),
-                      ops.reshape(projected, (batch, keys * heads, output_kernel.shape[-1])))
+                      ops.reshape(projected, (batch, keys * heads, output_dim)))
 
 
 def separable_attention(row_scores, column_scores, inputs, output_kernel, dropout=None):

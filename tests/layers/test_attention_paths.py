@@ -76,10 +76,13 @@ def test_dropout_applies_to_the_probabilities_and_the_returned_ones_are_before_i
     np.testing.assert_allclose(numpy(outputs), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("queries", [TOKENS, 2], ids=["queries_are_keys", "queries_no_more_than_outputs"])
 @pytest.mark.parametrize("shared", [False, True], ids=["per_example", "shared_by_the_batch"])
 @pytest.mark.parametrize("output_dim", [2, 7], ids=["values_first", "contexts_first"])
-def test_both_contraction_orders_compute_the_sum_over_heads(output_dim, shared):
-    probabilities, values, kernel = tensors((HEADS, TOKENS, TOKENS) if shared else (BATCH, HEADS, TOKENS, TOKENS),
+def test_both_contraction_orders_compute_the_sum_over_heads(output_dim, shared, queries):
+    # Shared probabilities with values first (output_dim 2 < 4 channels) take one batched matmul where
+    # queries <= output_dim (2 of 30 keys), else an einsum: each order and form against the same sum.
+    probabilities, values, kernel = tensors((HEADS, queries, TOKENS) if shared else (BATCH, HEADS, queries, TOKENS),
                                             (BATCH, TOKENS, CHANNELS), (HEADS, CHANNELS, output_dim), seed=4)
     assert attention_paths.values_first(CHANNELS, output_dim, TOKENS) == (output_dim < CHANNELS)
     expected = np.einsum(f"{'' if shared else 'b'}hqk,bkc,hco->bqo", probabilities, values, kernel)
