@@ -1,6 +1,7 @@
 """`attnconv bench --suite profile`: a step's time by op kind, from the backend's profiler's trace."""
 
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -53,8 +54,10 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
         total, share = profile_suite.shares(row)
         assert row["step_ms"] > 0 and total > 0 and share["matmul"] > 0
         assert sum(share.values()) == pytest.approx(1.0)
+        assert 0 < row["cores_busy"] <= os.cpu_count() + 0.5  # the OS's count, a little slack for its ticks
     table = (tmp_path / "profile.md").read_text()
     assert "| precision | path | step ms | op ms | matmul | random | other |" in table
+    assert "| CPU cores busy (OS) |" in table
     assert "the 5 largest op kinds" in capsys.readouterr().out
 
 

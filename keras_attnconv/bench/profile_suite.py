@@ -193,6 +193,11 @@ def _profiled_steps(step, repeats, logdir):
     return seconds, _tensorflow_trace(logdir)
 
 
+def _cpu_seconds():
+    times = os.times()
+    return times.user + times.system
+
+
 def _timed(step, repeats):
     start = time.perf_counter()
     for _ in range(repeats):
@@ -209,6 +214,11 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     x, y = random_images(batch, image_size), (np.arange(batch) % 10).astype("int32")
     for _ in range(warmup):
         built.train_on_batch(x, y)
+    # The process's CPU time over as many steps unprofiled: how many cores the step kept busy by the OS's count,
+    # thread pools' spinning included, which the trace's op time leaves out.
+    cpu_start, wall_start = _cpu_seconds(), time.perf_counter()
+    _timed(lambda: built.train_on_batch(x, y), repeats)
+    cores_busy = (_cpu_seconds() - cpu_start) / (time.perf_counter() - wall_start)
     # The trace is read here and not kept: nothing is left behind outside the output the user chose.
     with tempfile.TemporaryDirectory(prefix="attnconv-profile-") as logdir:
         # train_on_batch returns the loss to the host: each step has finished when the next starts.
@@ -216,7 +226,7 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     seconds = self_times_by_kind(trace.lines, trace.device_kernels)
     return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
             "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()},
-            "trace_lines": trace.line_names, "device_kernels": trace.device_kernels}
+            "trace_lines": trace.line_names, "device_kernels": trace.device_kernels, "cores_busy": cores_busy}
 
 
 def profile_settings(quick):
@@ -263,13 +273,15 @@ def profile_markdown(results):
              + f"; Keras {results['machine']['keras']} on {results['machine']['backend']}.", "",
              f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
              f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: {op_time}.", "",
-             "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms "
+             "| CPU cores busy (OS) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in results["rows"]:
         total, share = shares(row)
+        cores = "-" if row.get("cores_busy") is None else f"{row['cores_busy']:.2f}"  # not measured before
         lines.append(f"| {row['precision']} | {row['path']} | {row['step_ms']:.1f} | {total:.1f} "
                      + "".join(f"| {100 * share[name]:.0f}% " for name in share)
-                     + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} |")
+                     + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} | {cores} |")
     for row in results["rows"]:
         total, _ = shares(row)
         lines += ["", f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds", "",
