@@ -210,7 +210,8 @@ def _bench(args):
                  if value is not None}
     if overrides and args.suite != "gpu":
         flags = " and ".join("--" + key.replace("_", "-") for key in overrides)
-        raise ValueError(f"{flags} {'choose' if len(overrides) > 1 else 'chooses'} the gpu suite's cases; the {args.suite} suite has its own. "
+        verb = "choose" if len(overrides) > 1 else "chooses"
+        raise ValueError(f"{flags} {verb} the gpu suite's cases; the {args.suite} suite has its own. "
                          f"Received: --suite {args.suite}")
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark

@@ -188,6 +188,10 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
     bench.run_gpu_benchmark(output=str(output), batch=50)
     assert measured.count("references") == 2
     assert json.loads(output.read_text())["settings"]["batch"] == 50
+    # So does other code: rows measured before a layer changed are not the current code's figures.
+    monkeypatch.setattr(gpu_suite, "code_digest", lambda: "changed")
+    bench.run_gpu_benchmark(output=str(output), batch=50)
+    assert measured.count("references") == 3 and json.loads(output.read_text())["code"] == "changed"
 
 
 def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ from keras_attnconv.bench.measure import (device_peak_memory, interleaved, matmu
                                           run_in_workers, xla_cost)
 from keras_attnconv.models import build_model, count_flops, get_model_config, with_attention_options
 from keras_attnconv.models.precision import PRECISIONS
-from keras_attnconv.utils.reports import device_description, json_settings, report_paths, write_report
+from keras_attnconv.utils.reports import code_digest, device_description, json_settings, report_paths, write_report
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
 GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
@@ -147,34 +147,39 @@ def _case_key(case):
     return case["model"], case["precision"], case["forced_path"]
 
 
-def _previous_results(output, settings):
-    """The results already in `output` from a run with the same settings (to go on from), else None."""
+def _previous_results(output, settings, code):
+    """The results already in `output` from a run with the same settings and code (to go on from), else None.
+
+    Rows measured by other code (a layer changed since) are not the current code's figures: a table never
+    holds both.
+    """
     try:
         with open(report_paths(output)[0]) as f:
             previous = json.load(f)
     except (OSError, ValueError):
         return None
-    return previous if previous.get("settings") == settings else None
+    return previous if previous.get("settings") == settings and previous.get("code") == code else None
 
 
 def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **overrides):
     """Runs the GPU suite (one worker per case, one at a time); writes JSON and a markdown table beside it.
 
     The results are written after every case, and a run goes on from the
-    cases already in `output` when their settings are the same: the same
-    command run again after a time limit or a crash finishes the table
-    instead of starting over. The reference matmul rates are the first
+    cases already in `output` when their settings and the package's code
+    (`code_digest`) are the same: the same command run again after a time
+    limit or a crash finishes the table instead of starting over. The reference matmul rates are the first
     invocation's, measured on the same device.
     """
     settings = json_settings({**(GPU_QUICK if quick else GPU_FULL), **overrides})
     for model in settings["models"]:
         # An unknown name (with the closest ones) or a size the model cannot take fails here, not in a worker.
         get_model_config(model, image_size=settings["image_size"])
-    results = _previous_results(output, settings)
+    code = code_digest()
+    results = _previous_results(output, settings, code)
     if results is None:
         references = run_in_workers("gpu-references", [settings], concurrently=False)[0]
         results = {"command": command, "device": references["device"], "matmul_tflops": references["matmul_tflops"],
-                   "read_gbps": references["read_gbps"], "settings": settings, "rows": []}
+                   "read_gbps": references["read_gbps"], "settings": settings, "code": code, "rows": []}
     done = {_case_key(row) for row in results["rows"]}
     for case in cases(settings):
         if _case_key(case) in done:

@@ -1,7 +1,9 @@
 """Reports of measurements: a JSON file and its markdown twin, with the machine they were measured on."""
 
 import functools
+import hashlib
 import os
+import pathlib
 import platform
 
 from keras_attnconv.utils.files import write_atomically, write_json
@@ -26,6 +28,15 @@ def report_paths(output):
 def json_settings(settings):
     """`settings` as a results file holds them (tuples as lists), so that a rerun's compare equal to a file's."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+
+
+def code_digest():
+    """A digest of the package's Python sources: which code measured a results file's rows."""
+    package = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def write_report(output, results, markdown):
