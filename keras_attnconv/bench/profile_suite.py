@@ -198,6 +198,17 @@ def _cpu_seconds():
     return times.user + times.system
 
 
+def _cores_busy(step, repeats, least_seconds=1.0):
+    """How many cores `step` keeps busy by the OS's count of the process's CPU time, thread pools' spinning
+    included (the trace's op time leaves it out): over `repeats` unprofiled steps, and as many more as make
+    `least_seconds`, since the OS counts CPU time in ticks of about 10 ms."""
+    cpu_start, wall_start, count = _cpu_seconds(), time.perf_counter(), 0
+    while count < repeats or time.perf_counter() - wall_start < least_seconds:
+        step()
+        count += 1
+    return (_cpu_seconds() - cpu_start) / (time.perf_counter() - wall_start)
+
+
 def _timed(step, repeats):
     start = time.perf_counter()
     for _ in range(repeats):
@@ -214,11 +225,7 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     x, y = random_images(batch, image_size), (np.arange(batch) % 10).astype("int32")
     for _ in range(warmup):
         built.train_on_batch(x, y)
-    # The process's CPU time over as many steps unprofiled: how many cores the step kept busy by the OS's count,
-    # thread pools' spinning included, which the trace's op time leaves out.
-    cpu_start, wall_start = _cpu_seconds(), time.perf_counter()
-    _timed(lambda: built.train_on_batch(x, y), repeats)
-    cores_busy = (_cpu_seconds() - cpu_start) / (time.perf_counter() - wall_start)
+    cores_busy = _cores_busy(lambda: built.train_on_batch(x, y), repeats)
     # The trace is read here and not kept: nothing is left behind outside the output the user chose.
     with tempfile.TemporaryDirectory(prefix="attnconv-profile-") as logdir:
         # train_on_batch returns the loss to the host: each step has finished when the next starts.
