@@ -154,6 +154,17 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     assert "fit images/s" in result.stdout
 
 
+# A GPU suite's worker results, made up: the suite's bookkeeping without a device.
+FAKE_GPU_REFERENCES = {"device": {"device": "fake", "backend": "jax"},
+                       "matmul_tflops": dict.fromkeys(("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}
+
+
+def fake_gpu_row(case):
+    return {**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": case["forced_path"],
+            "auto_path": None, "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0,
+            "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}
+
+
 def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch):
     # A run cut off by a time limit keeps its finished cases; the same command finishes the table.
     measured = []
@@ -161,16 +172,13 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
     def fake_workers(kind, cases, concurrently):
         if kind == "gpu-references":
             measured.append("references")
-            return [{"device": {"device": "fake", "backend": "jax"}, "matmul_tflops": dict.fromkeys(
-                ("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}]
+            return [FAKE_GPU_REFERENCES]
         (case,) = cases
         if len(measured) == 3 and "crash" not in measured:
             measured.append("crash")
             raise RuntimeError("time limit")
         measured.append(gpu_suite._case_key(case))
-        return [{**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": case["forced_path"],
-                 "auto_path": None, "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0,
-                 "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}]
+        return [fake_gpu_row(case)]
 
     monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
     output = tmp_path / "gpu.json"
@@ -199,13 +207,10 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
 
     def fake_workers(kind, cases, concurrently):
         if kind == "gpu-references":
-            return [{"device": {"device": "fake", "backend": "jax"}, "matmul_tflops": dict.fromkeys(
-                ("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}]
+            return [FAKE_GPU_REFERENCES]
         (case,) = cases
         chosen.append((case["model"], case["image_size"]))
-        return [{**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": None, "auto_path": None,
-                 "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0, "peak_memory_mib": 4.0,
-                 "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}]
+        return [fake_gpu_row(case)]
 
     monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
     output = tmp_path / "gpu64.json"
