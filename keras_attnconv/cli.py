@@ -197,6 +197,10 @@ def _write_chart(name, results, base):
     return True
 
 
+# The suites whose cases the command line chooses: which of --models and --image-size each takes.
+_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",)}
+
+
 def _bench(args):
     from keras_attnconv import bench
     from keras_attnconv.utils.files import check_writable, figure_paths
@@ -208,11 +212,12 @@ def _bench(args):
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     overrides = {key: value for key, value in (("models", args.models), ("image_size", args.image_size))
                  if value is not None}
-    if overrides and args.suite != "gpu":
-        flags = " and ".join("--" + key.replace("_", "-") for key in overrides)
-        verb = "choose" if len(overrides) > 1 else "chooses"
-        raise ValueError(f"{flags} {verb} the gpu suite's cases; the {args.suite} suite has its own. "
-                         f"Received: --suite {args.suite}")
+    refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
+    if refused:
+        uses = ", ".join("--{} is for the {} suite{}".format(
+            key.replace("_", "-"), " and ".join(takers), "s" if len(takers) > 1 else "")
+            for key in refused for takers in [[suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]])
+        raise ValueError(f"{uses}; the {args.suite} suite has its own cases. Received: --suite {args.suite}")
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)
@@ -238,7 +243,7 @@ def _bench(args):
     elif args.suite == "profile":
         print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output)))
     elif args.suite == "steps":
-        print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output)))
+        print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output, **overrides)))
     else:
         results = bench.run_benchmark(quick=args.quick, output=output)
         print(bench.markdown_tables(results))
@@ -372,8 +377,8 @@ def build_parser():
                                    "with JAX: its kernels, batch 100)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--models", type=lambda text: tuple(name.strip() for name in text.split(",")),
-                              default=None, help="gpu suite: the models to measure, comma-separated (default: the "
-                                                 "suite's five paper models; two tiny ones with --quick)")
+                              default=None, help="gpu and steps suites: the models to measure, comma-separated "
+                                                 "(default: the suite's five paper models; two tiny ones with --quick)")
     benchmarking.add_argument("--image-size", type=int, default=None,
                               help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
                                    "--quick)")

@@ -1,6 +1,9 @@
 """`attnconv bench --quick` (CPU suite) and `attnconv bench --suite gpu --quick` run and write well-formed results."""
 
 import json
+import os
+import subprocess
+import sys
 
 import keras
 import pytest
@@ -18,6 +21,11 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     built = []
     build_model = cpu_suite.build_model
     monkeypatch.setattr(cpu_suite, "build_model", lambda *a, **k: built.append(build_model(*a, **k)) or built[-1])
+    # The formats part is measured by `test_the_formats_suite_alone` (exports in four runtimes, most of a minute):
+    # here, that the suite runs it with its settings and tabulates its rows.
+    format_calls = []
+    monkeypatch.setattr(cpu_suite, "format_benchmark",
+                        lambda **settings: format_calls.append(settings) or fake_format_rows(settings))
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
@@ -58,8 +66,17 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     assert table.count("| tokens | fast path |") == 2
     assert "| model | precision | path |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
     assert "| model | runtime | batch 1 ms |" in table
-    assert_format_rows(results["formats"])
+    assert [call["format_models"] for call in format_calls] == [bench.QUICK["format_models"]]
+    assert results["formats"] == fake_format_rows(format_calls[0]) and "| `quadratic_tiny` | litert |" in table
     assert "speed-up" in capsys.readouterr().out
+
+
+def fake_format_rows(settings):
+    """Made-up rows of `format_benchmark`, one per runtime for each of the settings' models."""
+    from keras_attnconv.bench.formats import RUNTIMES
+
+    return [{"model": model, "runtime": runtime, "batch1_ms": 1.0, "batch64_images_per_second": 64.0,
+             "max_abs_difference": 0.0} for model in settings["format_models"] for runtime in RUNTIMES]
 
 
 def assert_format_rows(rows):
@@ -71,14 +88,17 @@ def assert_format_rows(rows):
         assert row["batch1_ms"] > 0 and row["batch64_images_per_second"] > 0 and row["max_abs_difference"] <= 1e-5
 
 
-def test_the_steps_suite_alone(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(cpu_suite.QUICK, "models", ("resnet_tiny",))  # the wiring; the quick suite checks the rows
+def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path, capsys):
+    # The wiring, one tiny model (the quick suite checks the rows); without a ResNet its ratio column is "-".
     output = tmp_path / "steps.json"
-    assert cli.main(["bench", "--suite", "steps", "--quick", "--output", str(output)]) == 0
+    assert cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output",
+                     str(output)]) == 0
     results = json.loads(output.read_text())
-    assert {row["model"] for row in results["models"]} == {"resnet_tiny"} and results["matmul"]
+    assert {row["model"] for row in results["models"]} == {"quadratic_tiny"} and results["matmul"]
+    assert results["settings"]["models"] == ["quadratic_tiny"]
     table = (tmp_path / "steps.md").read_text()
-    assert table.startswith("Machine: ") and "bfloat16 units:" in table and "| `resnet_tiny` | float32 |" in table
+    assert table.startswith("Machine: ") and "bfloat16 units:" in table and "| `quadratic_tiny` | float32 |" in table
+    assert all(line.endswith("| - |") for line in table.splitlines() if line.startswith("| `quadratic_tiny`"))
     assert "| model | precision | path |" in capsys.readouterr().out
 
 
@@ -223,15 +243,19 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--suite", "cpu", "--models", "quadratic"], "--models chooses the gpu suite's cases; the cpu suite has its own. "
-                                                  "Received: --suite cpu"),
-    (["--suite", "profile", "--models", "quadratic", "--image-size", "64"], "--models and --image-size choose"),
+    (["--suite", "cpu", "--models", "quadratic"], "--models is for the gpu and steps suites; the cpu suite has its "
+                                                  "own cases. Received: --suite cpu"),
+    (["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
+     "--models is for the gpu and steps suites, --image-size is for the gpu suite; the profile suite"),
+    (["--suite", "steps", "--image-size", "64"], "--image-size is for the gpu suite; the steps suite has its own"),
+    (["--suite", "steps", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
     (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
     (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
     (["--suite", "gpu", "--models", "quadratic", "--image-size", "33"], "`image_size` must be a multiple of"),
 ])
-def test_gpu_suite_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
+def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
     monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
+    monkeypatch.setattr(cpu_suite, "model_step_benchmark", lambda **kwargs: pytest.fail("a step was measured"))
     assert cli.main(["bench", *arguments, "--output", str(tmp_path / "out.json")]) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
@@ -269,3 +293,18 @@ def test_scale_suite_measures_each_device_count_with_the_same_global_batch(tmp_p
     table = (tmp_path / "scale.md").read_text()
     assert "| 1, no distribution | 8 |" in table and "| 3 | - | skipped" in table
     assert "not a speed-up of separate devices" in table
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() < 2, reason="needs CPU affinity and 2 CPUs")
+def test_a_report_says_how_many_cpus_a_confined_process_could_use():
+    # As `taskset -c 0 attnconv bench ...` runs it: the thread pools are sized by the usable CPUs, not the machine's.
+    confined = subprocess.run([sys.executable, "-c", "from keras_attnconv.utils.reports import usable_cpus; "
+                               "print(usable_cpus())"], capture_output=True, text=True, check=True,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    assert confined.stdout.strip() == "1"
+    machine = {"processor": "x86_64", "cpus": 2, "cpu": {"model": "AMD EPYC", "vector_units": "AVX2"}}
+    assert cpu_suite.machine_text({**machine, "cpus_usable": 1}).startswith(
+        "AMD EPYC, 2 CPUs, 1 of them usable by the process (bfloat16 units: none; vectors: AVX2)")
+    # All of them, or a file written before this was recorded: the machine's count alone.
+    assert cpu_suite.machine_text({**machine, "cpus_usable": 2}) == cpu_suite.machine_text(machine) == (
+        "AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")

@@ -32,7 +32,7 @@ from keras_attnconv.bench.measure import (
     run_in_workers,
 )
 from keras_attnconv.layers import RelativeMultiHeadAttention
-from keras_attnconv.models import build_model
+from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.flops import count_flops
 from keras_attnconv.models.step_compilation import resolve_jit_compile
 from keras_attnconv.utils.reports import json_settings, machine, write_report
@@ -245,6 +245,8 @@ def run_benchmark(quick=False, output="bench.json", **overrides):
 def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
     """Runs (b) and (c) alone (``attnconv bench --suite steps``): every model on every path, in every precision."""
     settings = {**(QUICK if quick else FULL), **overrides}
+    for model in settings["models"]:
+        get_model_config(model)  # an unknown name (with the closest ones) fails here, before anything is built
     models, matmul = model_step_benchmark(**settings)
     results = {"machine": machine(),
                "settings": json_settings(settings),
@@ -316,9 +318,12 @@ def markdown_tables(results):
 
 
 def machine_text(machine):
-    """The CPU a report was measured on: its model, CPU count and what it has for bfloat16 and vectors."""
+    """The CPU a report was measured on: its model, CPU count (and how many the process could use, where fewer)
+    and what it has for bfloat16 and vectors."""
     cpu = machine.get("cpu") or {}
-    return (f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs "
+    usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
+    confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
+    return (f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
             f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})")
 
 
@@ -336,9 +341,10 @@ def model_step_table(results):
              "|---|---|---|---|---|---|---|---|---|---|"]
     resnet = {(r["precision"], r["path"]): r["step_ms"] for r in results["models"] if r["model"].startswith("resnet")}
     for row in results["models"]:
-        ratio = row["step_ms"] / resnet.get((row["precision"], row["path"]), float("nan"))
+        resnet_ms = resnet.get((row["precision"], row["path"]))  # None where the run left ResNet out (--models)
+        ratio = "-" if resnet_ms is None else f"{row['step_ms'] / resnet_ms:.2f}x"
         lines.append(f"| `{row['model']}` | {row['precision']} | {row['path']} | {row['step_ms']:.0f} "
                      f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
-                     f"| {'yes' if row['fastest'] else ''} | {ratio:.2f}x |")
+                     f"| {'yes' if row['fastest'] else ''} | {ratio} |")
     return "\n".join(lines)

@@ -52,7 +52,13 @@ def machine():
 
     return {"backend": keras.backend.backend(), "keras": keras.__version__, "python": platform.python_version(),
             "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), "cpu": _cpu_report()}
+            "cpus_usable": usable_cpus(), "platform": platform.platform(), "cpu": _cpu_report()}
+
+
+def usable_cpus():
+    """The CPUs this process may run on (`taskset`, a container's CPU set), which size the frameworks' thread
+    pools: fewer than the machine's where the process was confined."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def _cpu_report():
