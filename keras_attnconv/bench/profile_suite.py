@@ -199,9 +199,10 @@ def _cpu_seconds():
 
 
 def _cores_busy(step, repeats, least_seconds=1.0):
-    """How many cores `step` keeps busy by the OS's count of the process's CPU time, thread pools' spinning
-    included (the trace's op time leaves it out): over `repeats` unprofiled steps, and as many more as make
-    `least_seconds`, since the OS counts CPU time in ticks of about 10 ms."""
+    """How many cores `step` keeps busy by the OS's count of the process's CPU time, the work of threads that
+    record no trace events included (XLA's dots on Eigen's thread pool: the trace's op time leaves it out):
+    over `repeats` unprofiled steps, and as many more as make `least_seconds`, since the OS counts CPU time in
+    ticks of about 10 ms."""
     cpu_start, wall_start, count = _cpu_seconds(), time.perf_counter(), 0
     while count < repeats or time.perf_counter() - wall_start < least_seconds:
         step()
