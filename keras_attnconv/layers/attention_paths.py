@@ -320,12 +320,9 @@ def separable_attention(row_scores, column_scores, inputs, output_kernel, dropou
     first = values_first(inputs.shape[-1], output_kernel.shape[-1], height + width)
     # One head at a time: the intermediates are (batch, H, W, channels), not (batch, H, W, heads,
     # channels), so they stay in cache and need no transposes; same FLOPs as all-heads einsums.
-    # The heads' kernels are unstacked, not indexed: the gradient of an unstack is one stack of the
-    # heads' kernel gradients, where indexing gave each head's a pad to (heads, C, output_dim), all
-    # summed (9 passes over the kernel per layer; with TensorFlow's XLA on a 2-core CPU, the float32
-    # quadratic step took 10-15% longer).
     outputs = None
-    for head, kernel in enumerate(ops.unstack(output_kernel, axis=0)):
+    for head in range(output_kernel.shape[0]):
+        kernel = output_kernel[head]
         if first:
             head_outputs = row_column_pass(r[head], c[head], ops.matmul(inputs, kernel))
         else:
