@@ -201,6 +201,12 @@ def _write_chart(name, results, base):
 _SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",)}
 
 
+def _suites_taking(key):
+    """"the gpu suite", "the gpu and steps suites": those of `_SUITE_OVERRIDES` that take `key`."""
+    takers = [suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]
+    return f"the {' and '.join(takers)} suite{'s' if len(takers) > 1 else ''}"
+
+
 def _bench(args):
     from keras_attnconv import bench
     from keras_attnconv.utils.files import check_writable, figure_paths
@@ -214,9 +220,7 @@ def _bench(args):
                  if value is not None}
     refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
     if refused:
-        uses = ", ".join("--{} is for the {} suite{}".format(
-            key.replace("_", "-"), " and ".join(takers), "s" if len(takers) > 1 else "")
-            for key in refused for takers in [[suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]])
+        uses = ", ".join(f"--{key.replace('_', '-')} is for {_suites_taking(key)}" for key in refused)
         raise ValueError(f"{uses}; the {args.suite} suite has its own cases. Received: --suite {args.suite}")
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
