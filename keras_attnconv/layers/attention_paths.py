@@ -320,13 +320,18 @@ def separable_attention(row_scores, column_scores, inputs, output_kernel, dropou
     first = values_first(inputs.shape[-1], output_kernel.shape[-1], height + width)
     # One head at a time: the intermediates are (batch, H, W, channels), not (batch, H, W, heads,
     # channels), so they stay in cache and need no transposes; same FLOPs as all-heads einsums.
+    # The heads are unstacked, not indexed: the gradient of an unstack is one stack of the heads'
+    # gradients, where indexing gave each head's a pad to (heads, C, output_dim), all summed (9
+    # passes over the kernel per layer; with TensorFlow's XLA on a 2-core CPU, the float32
+    # quadratic step took 10-15% longer). A Keras variable is converted to a tensor first: JAX
+    # refuses to unstack the variable itself.
+    kernels = ops.unstack(ops.convert_to_tensor(output_kernel), axis=0)
     outputs = None
-    for head in range(output_kernel.shape[0]):
-        kernel = output_kernel[head]
+    for row, column, kernel in zip(ops.unstack(r, axis=0), ops.unstack(c, axis=0), kernels):
         if first:
-            head_outputs = row_column_pass(r[head], c[head], ops.matmul(inputs, kernel))
+            head_outputs = row_column_pass(row, column, ops.matmul(inputs, kernel))
         else:
-            head_outputs = ops.matmul(row_column_pass(r[head], c[head], inputs), kernel)
+            head_outputs = ops.matmul(row_column_pass(row, column, inputs), kernel)
         outputs = head_outputs if outputs is None else outputs + head_outputs
     return outputs, (rows, columns)
 
