@@ -108,7 +108,7 @@ def _export(args):
         raise ValueError(f"--all exports each configuration under its own name; --name names one export. "
                          f"Received: name={args.name!r}")
     options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
-               "jit_compile": args.jit_compile}
+               "jit_compile": args.jit_compile, "compute_dtype": args.compute_dtype}
     export_dir = none_word(args.export_dir)  # none: the format's default root
     if args.source is not None:
         paths = [export_source(args.source, export_dir, **options)]
@@ -198,13 +198,15 @@ def _write_chart(name, results, base):
 
 
 # The suites whose cases the command line chooses: which of --models and --image-size each takes.
-_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",)}
+_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",), "formats": ("models",)}
 
 
 def _suites_taking(key):
-    """"the gpu suite", "the gpu and steps suites": those of `_SUITE_OVERRIDES` that take `key`."""
+    """"the gpu suite", "the gpu, steps and formats suites": those of `_SUITE_OVERRIDES` that take `key`."""
     takers = [suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]
-    return f"the {' and '.join(takers)} suite{'s' if len(takers) > 1 else ''}"
+    if len(takers) == 1:
+        return f"the {takers[0]} suite"
+    return f"the {', '.join(takers[:-1])} and {takers[-1]} suites"
 
 
 def _bench(args):
@@ -242,7 +244,7 @@ def _bench(args):
         results = bench.run_scale_benchmark(quick=args.quick, output=output, command=args.command_line)
         print(bench.scale_markdown(results))
     elif args.suite == "formats":
-        results = bench.run_format_benchmark(quick=args.quick, output=output)
+        results = bench.run_format_benchmark(quick=args.quick, output=output, **overrides)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     elif args.suite == "profile":
         print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output)))
@@ -339,6 +341,10 @@ def build_parser():
     exporting.add_argument("--serve", action="store_true",
                            help="make models.config serve this version (default: the served version stays)")
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
+    exporting.add_argument("--compute-dtype", default="float32",
+                           help="float32 (default), or bfloat16 for a SavedModel whose matmuls run in bfloat16 behind "
+                                "the same float32 signature: faster only on a CPU with bfloat16 units "
+                                "(docs/export.md)")
     exporting.set_defaults(handler=_export)
 
     serving = add("serve", help="choose the version of a SavedModel that models.config serves (TF Serving)")
@@ -381,8 +387,8 @@ def build_parser():
                                    "with JAX: its kernels, batch 100)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument("--models", type=lambda text: tuple(name.strip() for name in text.split(",")),
-                              default=None, help="gpu and steps suites: the models to measure, comma-separated "
-                                                 "(default: the suite's five paper models; two tiny ones with --quick)")
+                              default=None, help="gpu, steps and formats suites: the models to measure, comma-separated "
+                                                 "(default: the suite's paper models; tiny ones with --quick)")
     benchmarking.add_argument("--image-size", type=int, default=None,
                               help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
                                    "--quick)")

@@ -64,6 +64,8 @@ def test_help_and_argument_checks_load_no_subcommands_work():
     (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
     (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
     (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: name='../../x'"),
+    (["export", "--model", "quadratic_tiny", "--compute-dtype", "bfloat17"],
+     "Did you mean 'bfloat16'.*Received: compute_dtype='bfloat17'"),
 ])
 def test_errors_are_one_line_naming_the_value_with_exit_code_2(capsys, args, message):
     assert cli.main(args) == 2

@@ -23,7 +23,7 @@ from support import requires_tensorflow, served_config, tiny_model, tree_digest
 
 from keras_attnconv import build_model, export, save_to_preset
 from keras_attnconv.export import exporter, formats
-from keras_attnconv.training.data import dataset_info
+from keras_attnconv.training.data import dataset_info, load_arrays
 from keras_attnconv.export.root import VERSION_FILES, ExportRoot
 
 pytestmark = requires_tensorflow
@@ -156,6 +156,39 @@ def test_a_mixed_precision_model_is_exported_as_its_float32_copy(tmp_path):
     pixels = images(4)
     np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
                                keras_probabilities(rebuilt, pixels), rtol=1e-5, atol=1e-7)
+
+
+def test_a_bfloat16_export_computes_in_bfloat16_behind_the_float32_signature(tmp_path, exported):
+    import tensorflow as tf
+    from tensorflow.core.framework import types_pb2
+
+    model, _, float32_path = exported
+    path = export.export_model(model, tmp_path, compute_dtype="bfloat16", warmup=False)
+    assert types_pb2.DT_BFLOAT16 in saved_graph_dtypes(path)
+    assert types_pb2.DT_BFLOAT16 not in saved_graph_dtypes(float32_path)
+    info = metadata_of(path)
+    assert (info["compute_dtype"], info["dtype_policy"]) == ("bfloat16", "mixed_bfloat16")
+    assert metadata_of(float32_path)["compute_dtype"] == "float32"
+    assert info["signature"] == metadata_of(float32_path)["signature"]  # uint8 images in, float32 out
+    assert model.dtype_policy.name == "float32"  # the model given is left as it was
+    served = tf.saved_model.load(str(path)).signatures["serving_default"]
+    pixels = load_arrays("cifar10_sample", "validation")[0][:16]  # real images: the probabilities are not flat
+    probabilities = served(images=tf.constant(pixels))["probabilities"]
+    assert probabilities.dtype == tf.float32
+    # bfloat16 keeps 8 bits of mantissa: near float32's probabilities, not equal to them.
+    difference = np.abs(probabilities.numpy() - keras_probabilities(model, pixels)).max()
+    assert 0 < difference < 2e-2
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"compute_dtype": "float16"}, "`compute_dtype` must be one of 'float32', 'bfloat16'.* Received: compute_dtype='float16'"),
+    ({"compute_dtype": "bfloat16", "format": "onnx"},
+     "other than float32 apply to SavedModels only.* format='onnx'.* compute_dtype='bfloat16'"),
+])
+def test_a_compute_dtype_is_checked_before_any_work(tmp_path, forbid_work, options, message):
+    with pytest.raises(ValueError, match=message):
+        export.export_model(tiny_model(), tmp_path / "exports", warmup=False, **options)
+    assert not (tmp_path / "exports").exists()
 
 
 def test_existing_version_is_never_overwritten(exported):
@@ -376,14 +409,14 @@ def test_the_next_version_is_past_every_existing_one_even_an_empty_one(tmp_path)
 
 def test_an_explicit_version_published_meanwhile_is_not_overwritten(tmp_path, monkeypatch):
     other = tmp_path / "tiny" / "5" / "saved_model.pb"
-    real_copy = exporter.float32_copy
+    real_copy = exporter.serving_copy
 
     def publish_version_5_meanwhile(*args):
         other.parent.mkdir(parents=True)
         other.write_text("another export")
         return real_copy(*args)
 
-    monkeypatch.setattr(exporter, "float32_copy", publish_version_5_meanwhile)
+    monkeypatch.setattr(exporter, "serving_copy", publish_version_5_meanwhile)
     with pytest.raises(FileExistsError, match="never overwritten.*version=5"):
         export.export_model(tiny_model(), tmp_path, version=5, warmup=False)
     assert other.read_text() == "another export"
@@ -417,7 +450,7 @@ def forbid_work(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the export did work before checking that it could publish")
 
-    monkeypatch.setattr(exporter, "float32_copy", fail)
+    monkeypatch.setattr(exporter, "serving_copy", fail)
     monkeypatch.setattr("keras_attnconv.models.build_model", fail)
 
 

@@ -1,11 +1,12 @@
 """Inference in each runtime a model is exported to, beside Keras, on this machine (`attnconv bench`, part (e)).
 
 For each model: Keras (``predict_on_batch``, XLA-compiled), its SavedModel in
-TensorFlow, its ONNX file in onnxruntime and its LiteRT file in the
-ai-edge-litert interpreter (all threads of the machine), fed the same uint8
-images: batch-1 latency and batch-64 throughput, timed in turns
-(`measure.interleaved`), and each runtime's largest difference from Keras'
-probabilities.
+TensorFlow (and the same SavedModel computing in bfloat16, `export_model`'s
+``compute_dtype``), its ONNX file in onnxruntime and its LiteRT file in the
+ai-edge-litert interpreter (all threads of the machine), fed the same real
+uint8 images (the package's embedded CIFAR-10 sample): batch-1 latency and
+batch-64 throughput, timed in turns (`measure.interleaved`), and each
+runtime's largest difference from Keras' float32 probabilities.
 
 Needs the TensorFlow backend (every format is traced by TensorFlow) and the
 ``export`` extra (tf2onnx, onnxruntime, ai-edge-litert); without them the
@@ -17,10 +18,15 @@ import tempfile
 import keras
 import numpy as np
 
-from keras_attnconv.bench.measure import interleaved, random_images
+from keras_attnconv.bench.measure import interleaved
+from keras_attnconv.utils.assets import SAMPLE_PATH
 from keras_attnconv.utils.reports import json_settings, machine, write_report
 
-RUNTIMES = ("keras", "saved_model", "onnx", "litert")
+# Each runtime but Keras: the `export_model` options of the file it runs.
+EXPORTS = {"saved_model": {"format": "saved_model"},
+           "saved_model_bfloat16": {"format": "saved_model", "compute_dtype": "bfloat16"},
+           "onnx": {"format": "onnx"}, "litert": {"format": "litert"}}
+RUNTIMES = ("keras", *EXPORTS)
 SMALL_BATCH, LARGE_BATCH = 1, 64
 FORMATS_FULL = {"format_models": ("quadratic", "learned_content_local", "resnet18"), "repeats": 5}
 FORMATS_QUICK = {"format_models": ("quadratic_tiny",), "repeats": 2}
@@ -49,7 +55,13 @@ def _exported(format):
     return load
 
 
-_LOADERS = {"keras": _keras, **{format: _exported(format) for format in RUNTIMES[1:]}}
+_LOADERS = {"keras": _keras, **{runtime: _exported(options["format"]) for runtime, options in EXPORTS.items()}}
+
+
+def real_images(count):
+    """The first `count` validation images of the embedded CIFAR-10 sample (uint8, 32x32x3)."""
+    with np.load(SAMPLE_PATH) as sample:
+        return sample["x_validation"][:count]
 
 
 def unavailable():
@@ -64,6 +76,19 @@ def unavailable():
     return None
 
 
+def check_format_models(format_models):
+    """Raises ValueError, before anything is built, for an unknown name (with the closest ones) or a model that
+    does not take the embedded sample's images."""
+    from keras_attnconv.models import get_model_config
+
+    size = real_images(1).shape[1]
+    for name in format_models:
+        taken = get_model_config(name).image_size
+        if taken != size:
+            raise ValueError(f"The format benchmark runs the embedded {size}x{size} CIFAR-10 images; {name!r} takes "
+                             f"{taken}x{taken}. Received: models={tuple(format_models)!r}")
+
+
 def format_benchmark(format_models, repeats, **_):
     """Rows of (e): one per model and runtime; a dict with the reason where it cannot run."""
     from keras_attnconv.export.exporter import export_model
@@ -72,15 +97,16 @@ def format_benchmark(format_models, repeats, **_):
     reason = unavailable()
     if reason is not None:
         return {"skipped": reason}
+    check_format_models(format_models)
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnconv-bench-formats-") as root:
         for name in format_models:
             model = build_model(name, seed=0, dtype="float32")
-            paths = {fmt: export_model(model, f"{root}/{fmt}", format=fmt, warmup=False)
-                     for fmt in ("saved_model", "onnx", "litert")}
+            large = real_images(LARGE_BATCH)
+            paths = {runtime: export_model(model, f"{root}/{runtime}", warmup=False, **options)
+                     for runtime, options in EXPORTS.items()}
             runs = {runtime: _LOADERS[runtime](model, paths.get(runtime)) for runtime in RUNTIMES}
-            small, large = (random_images(batch, model.config.image_size, seed=batch)
-                            for batch in (SMALL_BATCH, LARGE_BATCH))
+            small = large[:SMALL_BATCH]
             expected = runs["keras"](large)
             seconds = {}
             for batch, images in ((SMALL_BATCH, small), (LARGE_BATCH, large)):
@@ -100,7 +126,8 @@ def formats_markdown(rows, repeats):
     if isinstance(rows, dict):
         return f"Inference in each export format: not measured ({rows['skipped']})."
     lines = [f"Inference in each export format (uint8 images in, probabilities out; medians of {repeats} rounds "
-             "in turns; difference: largest absolute difference from Keras' probabilities on the batch of 64):", "",
+             "in turns; saved_model_bfloat16: the SavedModel computing in bfloat16; difference: largest absolute "
+             "difference from Keras' float32 probabilities on 64 real images of the embedded sample):", "",
              "| model | runtime | batch 1 ms | batch 64 images/s | vs Keras batch 64 | max abs diff |",
              "|---|---|---|---|---|---|"]
     keras_rate = {row["model"]: row["batch64_images_per_second"] for row in rows if row["runtime"] == "keras"}
@@ -112,9 +139,13 @@ def formats_markdown(rows, repeats):
     return "\n".join(lines)
 
 
-def run_format_benchmark(quick=False, output="bench-formats.json", **overrides):
-    """Runs (e) alone (``attnconv bench --suite formats``); writes JSON and a markdown table beside; returns them."""
+def run_format_benchmark(quick=False, output="bench-formats.json", models=None, **overrides):
+    """Runs (e) alone (``attnconv bench --suite formats``; `models`: its models instead of the suite's); writes
+    JSON and a markdown table beside; returns them."""
     settings = {**(FORMATS_QUICK if quick else FORMATS_FULL), **overrides}
+    if models is not None:
+        settings["format_models"] = tuple(models)
+    check_format_models(settings["format_models"])  # also where the runtimes are missing: a bad name is an error
     results = {"machine": machine(),
                "settings": json_settings(settings),
                "formats": format_benchmark(**settings)}

@@ -3,21 +3,22 @@
 import json
 import shutil
 
-from keras_attnconv.export.formats import float32_copy, require_tensorflow_backend, write_saved_model, write_single_file
+from keras_attnconv.export.formats import (COMPUTE_DTYPES, require_tensorflow_backend, serving_copy, write_saved_model,
+                                           write_single_file)
 from keras_attnconv.export.root import METADATA_FILES, ExportRoot, check_serving_name, check_version
 from keras_attnconv.export.runtimes import check_in_runtime
 from keras_attnconv.models.presets import check_zoo_model, model_metadata
-from keras_attnconv.utils.checks import check_bool
+from keras_attnconv.utils.checks import check_bool, check_choice
 
 
 def export_model(model, export_dir=None, *, format="saved_model", version=None, serving_name=None, serve=False,
-                 jit_compile=False, metadata=None, warmup=True, base_path="/models"):
+                 jit_compile=False, compute_dtype="float32", metadata=None, warmup=True, base_path="/models"):
     """Exports a model of the zoo as ``export_dir/<name>/<version>/``; returns the version directory.
 
     Args:
         model: an `AttentionClassifier` or `ResNet` (`build_model`,
             `from_preset`): it knows its input size, normalisation and class
-            names. Exported in float32 whatever its dtype policy.
+            names. Exported computing in `compute_dtype` whatever its dtype policy.
         export_dir: export root (default: `DEFAULT_EXPORT_DIRS` of the format).
         format: ``"saved_model"`` (TF Serving), ``"onnx"`` or ``"litert"``.
         version: int or None (next free version, also when concurrent
@@ -30,6 +31,11 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
             serves its first version).
         jit_compile: SavedModel only: an XLA-compiled serving function
             instead of a plain graph.
+        compute_dtype: ``"float32"``, or SavedModel only ``"bfloat16"``: the
+            matmuls in bfloat16 (the ``mixed_bfloat16`` policy: weights,
+            scores, softmax and outputs stay float32, and so does the
+            signature). It pays only on a CPU with bfloat16 units
+            (docs/export.md has the measurements).
         metadata: extra JSON-serializable fields for ``metadata.json``.
         warmup: SavedModel only: write ``assets.extra/tf_serving_warmup_requests``.
         base_path: where TF Serving finds `export_dir` (``models.config``'s base paths).
@@ -49,18 +55,21 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     name = check_serving_name(serving_name) if serving_name is not None else check_serving_name(model.name, "name")
     for flag, value in (("serve", serve), ("jit_compile", jit_compile), ("warmup", warmup)):
         check_bool(flag, value)
-    if format != "saved_model" and (serve or jit_compile):
-        raise ValueError(f"`serve` and `jit_compile` apply to SavedModels. Received: format={format!r}")
+    check_choice("compute_dtype", compute_dtype, tuple(COMPUTE_DTYPES))
+    if format != "saved_model" and (serve or jit_compile or compute_dtype != "float32"):
+        raise ValueError(f"`serve`, `jit_compile` and a `compute_dtype` other than float32 apply to SavedModels only. "
+                         f"Received: format={format!r}, serve={serve}, jit_compile={jit_compile}, "
+                         f"compute_dtype={compute_dtype!r}")
     require_tensorflow_backend()
     root.check(name)
     root.check_new_version(name, version)  # fail before the work; rechecked at publication
     json.dumps(metadata, allow_nan=False)  # not JSON (a type, a NaN): an error before the work
 
-    exported = float32_copy(model)
+    exported = serving_copy(model, compute_dtype)
     root.claim()
     staging = root.new_staging(name)
     info = {**(metadata or {}), **model_metadata(exported), "config": exported.get_config(), "serving_name": name,
-            "format": format, "version": None}
+            "format": format, "compute_dtype": compute_dtype, "version": None}
 
     def write_metadata(directory, number):
         info["version"] = number

@@ -8,9 +8,16 @@ import numpy as np
 from keras_attnconv.export.root import VERSION_FILES
 
 
-def float32_copy(model):
-    """The model to export: `model` itself in float32, else its float32 copy (same class, config and weights)."""
-    return model if model.dtype_policy.name == "float32" else model.with_config(dtype="float32")
+# What an export computes in -> the dtype policy of the model it traces. bfloat16 keeps float32 weights, scores,
+# softmax and logits (the mixed policy's rules), so the signature's inputs and outputs are those of float32.
+COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
+def serving_copy(model, compute_dtype="float32"):
+    """The model to export: `model` itself if its policy computes in `compute_dtype`, else its copy in that
+    policy (same class, config and weights)."""
+    policy = COMPUTE_DTYPES[compute_dtype]
+    return model if model.dtype_policy.name == policy else model.with_config(dtype=policy)
 
 
 def require_tensorflow_backend():

@@ -27,9 +27,9 @@ from keras_attnconv.models.cifar import (
     OFFICIAL_STD,
 )
 from keras_attnconv.training.recipe import NORMALIZATIONS
+from keras_attnconv.utils.assets import SAMPLE_PATH
 from keras_attnconv.utils.checks import check_choice, did_you_mean
 
-SAMPLE_PATH = Path(__file__).parent / "assets" / "cifar10_sample.npz"
 TFDS_DATASETS = ("cifar10", "cifar100")
 DATASETS = (*TFDS_DATASETS, "cifar10_sample")
 PAD = 4  # pixels of zero padding before the random crop
