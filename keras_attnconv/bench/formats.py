@@ -90,23 +90,22 @@ def check_format_models(format_models):
 
 
 def format_benchmark(format_models, repeats, **_):
-    """Rows of (e): one per model and runtime; a dict with the reason where it cannot run."""
+    """Rows of (e): one per model (`check_format_models`) and runtime; a dict with the reason where it cannot run."""
     from keras_attnconv.export.exporter import export_model
     from keras_attnconv.models import build_model
 
     reason = unavailable()
     if reason is not None:
         return {"skipped": reason}
-    check_format_models(format_models)
+    large = real_images(LARGE_BATCH)
+    small = large[:SMALL_BATCH]
     rows = []
     with tempfile.TemporaryDirectory(prefix="attnconv-bench-formats-") as root:
         for name in format_models:
             model = build_model(name, seed=0, dtype="float32")
-            large = real_images(LARGE_BATCH)
             paths = {runtime: export_model(model, f"{root}/{runtime}", warmup=False, **options)
                      for runtime, options in EXPORTS.items()}
             runs = {runtime: _LOADERS[runtime](model, paths.get(runtime)) for runtime in RUNTIMES}
-            small = large[:SMALL_BATCH]
             expected = runs["keras"](large)
             seconds = {}
             for batch, images in ((SMALL_BATCH, small), (LARGE_BATCH, large)):
