@@ -115,6 +115,42 @@ def test_the_formats_suite_alone(tmp_path, capsys):
     assert "| `quadratic_tiny` | litert |" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("setting, units, measured", [
+    ("auto", "AMX", True), ("auto", "AVX-512 BF16", True), ("auto", None, False),
+    (True, None, True), (False, "AMX", False),
+])
+def test_the_bfloat16_savedmodel_is_measured_where_the_cpu_has_bfloat16_units_unless_forced(setting, units,
+                                                                                             measured):
+    assert formats.measures_bfloat16_serving(setting, units) is measured
+
+
+def test_a_bad_bfloat16_serving_setting_is_refused_before_anything_is_exported(monkeypatch):
+    monkeypatch.setattr(formats, "unavailable", lambda: pytest.fail("the runtimes were looked up"))
+    with pytest.raises(ValueError, match=r"`bfloat16_serving` must be true, false or \"auto\"\. "
+                                         r"Received: bfloat16_serving='yes'"):
+        formats.format_benchmark(("quadratic_tiny",), repeats=1, bfloat16_serving="yes")
+
+
+def test_a_cpu_without_bfloat16_units_gets_no_bfloat16_savedmodel_and_its_row_says_why(monkeypatch):
+    # The full suite's setting on an AVX2 CPU: the slow export is neither written nor run, and the table keeps
+    # its row with the reason. Fake exports and runtimes (the quick formats suite runs the real ones).
+    monkeypatch.setattr(formats, "cpu_capabilities", lambda: {"bfloat16_units": None})
+    monkeypatch.setattr(formats, "unavailable", lambda: None)
+    exported = []
+    monkeypatch.setattr("keras_attnconv.export.exporter.export_model",
+                        lambda model, path, **options: exported.append(options) or path)
+    probabilities = lambda model, path: (lambda x: np.full((len(x), 10), 0.1))  # noqa: E731
+    monkeypatch.setattr(formats, "_LOADERS", dict.fromkeys(formats.RUNTIMES, probabilities))
+    rows = formats.format_benchmark(**{**formats.FORMATS_FULL, "format_models": ("quadratic_tiny",), "repeats": 1})
+    assert [row["runtime"] for row in rows] == list(formats.RUNTIMES)
+    assert all(options.get("compute_dtype") != "bfloat16" for options in exported) and len(exported) == 3
+    (left_out,) = [row for row in rows if "skipped" in row]
+    assert left_out["runtime"] == "saved_model_bfloat16" and "no bfloat16 units" in left_out["skipped"]
+    table = formats.formats_markdown(rows, repeats=1)
+    assert "| `quadratic_tiny` | saved_model_bfloat16 | not measured: this CPU has no bfloat16 units" in table
+    assert "| `quadratic_tiny` | onnx | " in table
+
+
 def test_program_memory_is_the_largest_buffer_assignment(tmp_path):
     """The sum of a dumped program's allocations (TensorFlow's XLA prints it too; JAX's does not), largest program."""
     from keras_attnconv.bench.measure import largest_program_mib

@@ -8,6 +8,9 @@ uint8 images (the package's embedded CIFAR-10 sample): batch-1 latency and
 batch-64 throughput, timed in turns (`measure.interleaved`), and each
 runtime's largest difference from Keras' float32 probabilities.
 
+The bfloat16 SavedModel is measured where the CPU computes in bfloat16 (AMX,
+AVX-512 BF16; `measures_bfloat16_serving`); elsewhere its rows say why not.
+
 Needs the TensorFlow backend (every format is traced by TensorFlow) and the
 ``export`` extra (tf2onnx, onnxruntime, ai-edge-litert); without them the
 section says why it is empty.
@@ -20,7 +23,7 @@ import numpy as np
 
 from keras_attnconv.bench.measure import interleaved
 from keras_attnconv.utils.assets import SAMPLE_PATH
-from keras_attnconv.utils.reports import json_settings, machine, write_report
+from keras_attnconv.utils.reports import cpu_capabilities, json_settings, machine, write_report
 
 # Each runtime but Keras: the `export_model` options of the file it runs.
 EXPORTS = {"saved_model": {"format": "saved_model"},
@@ -28,8 +31,11 @@ EXPORTS = {"saved_model": {"format": "saved_model"},
            "onnx": {"format": "onnx"}, "litert": {"format": "litert"}}
 RUNTIMES = ("keras", *EXPORTS)
 SMALL_BATCH, LARGE_BATCH = 1, 64
-FORMATS_FULL = {"format_models": ("quadratic", "learned_content_local", "resnet18"), "repeats": 5}
-FORMATS_QUICK = {"format_models": ("quadratic_tiny",), "repeats": 2}
+FORMATS_FULL = {"format_models": ("quadratic", "learned_content_local", "resnet18"), "repeats": 5,
+                "bfloat16_serving": "auto"}
+# The quick suite checks that every row runs, so it measures the bfloat16 SavedModel of its tiny model on any CPU.
+FORMATS_QUICK = {"format_models": ("quadratic_tiny",), "repeats": 2, "bfloat16_serving": True}
+BFLOAT16_SERVING = "saved_model_bfloat16"
 
 
 def _softmax(logits):
@@ -76,6 +82,19 @@ def unavailable():
     return None
 
 
+def measures_bfloat16_serving(bfloat16_serving, bfloat16_units):
+    """Whether the bfloat16 SavedModel is measured: `bfloat16_serving` True or False forces it; ``"auto"``
+    measures it where the CPU has `bfloat16_units` (`cpu_capabilities`). Without them TensorFlow runs bfloat16
+    einsums on Eigen's element-by-element kernels: `learned_content_local`'s bfloat16 SavedModel took 14x its
+    float32 one's time for one image on an AMD EPYC with AVX2 (docs/performance.md), hours for the suite."""
+    if bfloat16_serving == "auto":
+        return bfloat16_units is not None
+    if not isinstance(bfloat16_serving, bool):
+        raise ValueError(f"`bfloat16_serving` must be true, false or \"auto\". "
+                         f"Received: bfloat16_serving={bfloat16_serving!r}")
+    return bfloat16_serving
+
+
 def check_format_models(format_models):
     """Raises ValueError, before anything is built, for an unknown name (with the closest ones) or a model that
     does not take the embedded sample's images."""
@@ -89,14 +108,22 @@ def check_format_models(format_models):
                              f"{taken}x{taken}. Received: models={tuple(format_models)!r}")
 
 
-def format_benchmark(format_models, repeats, **_):
-    """Rows of (e): one per model (`check_format_models`) and runtime; a dict with the reason where it cannot run."""
+def format_benchmark(format_models, repeats, bfloat16_serving="auto", **_):
+    """Rows of (e): one per model (`check_format_models`) and runtime, a runtime left out (the bfloat16
+    SavedModel: `measures_bfloat16_serving`) with its reason as ``skipped``; a dict with the reason where
+    nothing can run."""
     from keras_attnconv.export.exporter import export_model
     from keras_attnconv.models import build_model
 
+    units = cpu_capabilities()["bfloat16_units"]
+    left_out = {}
+    if not measures_bfloat16_serving(bfloat16_serving, units):
+        left_out[BFLOAT16_SERVING] = ("bfloat16_serving is false" if units is not None else "this CPU has no "
+                                      "bfloat16 units (AMX, AVX-512 BF16): TensorFlow would convert each element")
     reason = unavailable()
     if reason is not None:
         return {"skipped": reason}
+    exports = {runtime: options for runtime, options in EXPORTS.items() if runtime not in left_out}
     large = real_images(LARGE_BATCH)
     small = large[:SMALL_BATCH]
     rows = []
@@ -104,19 +131,22 @@ def format_benchmark(format_models, repeats, **_):
         for name in format_models:
             model = build_model(name, seed=0, dtype="float32")
             paths = {runtime: export_model(model, f"{root}/{runtime}", warmup=False, **options)
-                     for runtime, options in EXPORTS.items()}
-            runs = {runtime: _LOADERS[runtime](model, paths.get(runtime)) for runtime in RUNTIMES}
+                     for runtime, options in exports.items()}
+            runs = {runtime: _LOADERS[runtime](model, paths.get(runtime)) for runtime in ("keras", *exports)}
             expected = runs["keras"](large)
             seconds = {}
             for batch, images in ((SMALL_BATCH, small), (LARGE_BATCH, large)):
                 timed, _ = interleaved({runtime: (lambda run=run, x=images: run(x)) for runtime, run in runs.items()},
                                        repeats, warmup=1)
                 seconds[batch] = timed
-            for runtime, run in runs.items():
+            for runtime in RUNTIMES:
+                if runtime in left_out:
+                    rows.append({"model": name, "runtime": runtime, "skipped": left_out[runtime]})
+                    continue
                 rows.append({"model": name, "runtime": runtime,
                              "batch1_ms": 1e3 * seconds[SMALL_BATCH][runtime],
                              "batch64_images_per_second": LARGE_BATCH / seconds[LARGE_BATCH][runtime],
-                             "max_abs_difference": float(np.abs(run(large) - expected).max())})
+                             "max_abs_difference": float(np.abs(runs[runtime](large) - expected).max())})
     return rows
 
 
@@ -131,6 +161,9 @@ def formats_markdown(rows, repeats):
              "|---|---|---|---|---|---|"]
     keras_rate = {row["model"]: row["batch64_images_per_second"] for row in rows if row["runtime"] == "keras"}
     for row in rows:
+        if "skipped" in row:
+            lines.append(f"| `{row['model']}` | {row['runtime']} | not measured: {row['skipped']} | | | |")
+            continue
         lines.append(f"| `{row['model']}` | {row['runtime']} | {row['batch1_ms']:.1f} "
                      f"| {row['batch64_images_per_second']:.1f} "
                      f"| {row['batch64_images_per_second'] / keras_rate[row['model']]:.2f}x "
