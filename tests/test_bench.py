@@ -314,6 +314,44 @@ def test_the_formats_suite_refuses_a_model_that_does_not_take_the_sample_images(
     assert list(tmp_path.iterdir()) == []
 
 
+def _step_row(precision, fraction, step_ms, path="xla", rule=True, model="quadratic"):
+    return {"model": model, "precision": precision, "path": path, "rule": rule, "fraction_of_matmul": fraction,
+            "step_ms": step_ms}
+
+
+@pytest.mark.parametrize("units, bfloat16_row, expected", [
+    # Without bfloat16 units: the float32 target only, and a line saying why there is no bfloat16 one.
+    (None, _step_row("mixed_bfloat16", 0.2, 3000.0),
+     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+      "- `quadratic` mixed_bfloat16: no target on a CPU without bfloat16 units (AMX, AVX-512 BF16)"]),
+    # AMX: half the bfloat16 matmul rate, on the rule's path (the graph), not the other one.
+    ("AMX", _step_row("mixed_bfloat16", 0.55, 1350.0, path="graph"),
+     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+      "- `quadratic` mixed_bfloat16 (graph) at >= 50% of the best bfloat16 matmul rate: 55%, met"]),
+    # AVX-512 BF16 without AMX: twice the float32 step's speed (3,150 / 2,100 = 1.5x).
+    ("AVX-512 BF16", _step_row("mixed_bfloat16", 0.3, 2100.0, path="graph"),
+     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+      "- `quadratic` mixed_bfloat16 (graph) at >= 2x the float32 step's speed (AVX-512 BF16): 1.50x, "
+      "missed by 1.33x"]),
+])
+def test_the_steps_table_says_which_cpu_targets_are_met_and_by_how_much_others_are_missed(units, bfloat16_row,
+                                                                                          expected):
+    from keras_attnconv.bench.step_targets import targets_markdown
+
+    rows = [_step_row("float32", 0.68, 3150.0), _step_row("float32", 0.9, 100.0, path="graph", rule=False),
+            _step_row("mixed_bfloat16", 0.99, 10.0, path="xla" if bfloat16_row["path"] == "graph" else "graph",
+                      rule=False),
+            _step_row("float32", 0.99, 10.0, model="resnet18"), bfloat16_row]
+    assert targets_markdown(rows, units).splitlines() == ["Targets (keras_attnconv/bench/step_targets.py):",
+                                                          *expected]
+
+
+def test_a_run_without_the_quadratic_model_lists_no_targets():
+    from keras_attnconv.bench.step_targets import targets_markdown
+
+    assert targets_markdown([_step_row("float32", 0.5, 10.0, model="quadratic_tiny")], None) == ""
+
+
 @pytest.mark.parametrize("given", ["res.md", "res.json", "res.MD", "res"])
 def test_an_output_named_for_either_format_writes_both_files(tmp_path, capsys, monkeypatch, given):
     monkeypatch.setattr(formats, "format_benchmark", lambda **settings: {"skipped": "a test"})

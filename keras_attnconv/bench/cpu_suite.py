@@ -31,6 +31,7 @@ from keras_attnconv.bench.measure import (
     random_images,
     run_in_workers,
 )
+from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.flops import count_flops
@@ -347,4 +348,5 @@ def model_step_table(results):
                      f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
                      f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
                      f"| {'yes' if row['fastest'] else ''} | {ratio} |")
-    return "\n".join(lines)
+    targets = targets_markdown(results["models"], (results["machine"].get("cpu") or {}).get("bfloat16_units"))
+    return "\n".join(lines + (["", targets] if targets else []))
