@@ -198,7 +198,9 @@ def _write_chart(name, results, base):
 
 
 # The suites whose cases the command line chooses: which of --models and --image-size each takes.
-_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",), "formats": ("models",)}
+_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",), "formats": ("models", "bfloat16_serving")}
+# --bfloat16-serving's words, as `formats.measures_bfloat16_serving` takes them.
+_BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
 
 
 def _suites_taking(key):
@@ -218,8 +220,9 @@ def _bench(args):
                 "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json",
                 "profile": "bench-profile.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
-    overrides = {key: value for key, value in (("models", args.models), ("image_size", args.image_size))
-                 if value is not None}
+    given = (("models", args.models), ("image_size", args.image_size),
+             ("bfloat16_serving", _BFLOAT16_SERVING.get(args.bfloat16_serving)))
+    overrides = {key: value for key, value in given if value is not None}
     refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
     if refused:
         uses = ", ".join(f"--{key.replace('_', '-')} is for {_suites_taking(key)}" for key in refused)
@@ -392,6 +395,9 @@ def build_parser():
     benchmarking.add_argument("--image-size", type=int, default=None,
                               help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
                                    "--quick)")
+    benchmarking.add_argument("--bfloat16-serving", choices=tuple(_BFLOAT16_SERVING), default=None,
+                              help="formats suite: whether to measure the SavedModel computing in bfloat16 (default: "
+                                   "auto, where the CPU has bfloat16 units, AMX or AVX-512 BF16; yes with --quick)")
     benchmarking.add_argument("--output", default=None,
                               help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
                                    "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "

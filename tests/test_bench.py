@@ -131,6 +131,24 @@ def test_a_bad_bfloat16_serving_setting_is_refused_before_anything_is_exported(m
         formats.format_benchmark(("quadratic_tiny",), repeats=1, bfloat16_serving="yes")
 
 
+@pytest.mark.parametrize("given, expected", [([], "auto"), (["--bfloat16-serving", "yes"], True),
+                                             (["--bfloat16-serving", "no"], False), (["--quick"], True)])
+def test_the_formats_suite_measures_the_bfloat16_savedmodel_as_the_command_line_says(tmp_path, capsys, monkeypatch,
+                                                                                   given, expected):
+    settings = []
+    monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: settings.append(kwargs) or {"skipped": "a test"})
+    assert cli.main(["bench", "--suite", "formats", *given, "--output", str(tmp_path / "o.json")]) == 0
+    assert [call["bfloat16_serving"] for call in settings] == [expected]
+
+
+def test_a_bad_bfloat16_serving_word_is_refused_by_the_command_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["bench", "--suite", "formats", "--bfloat16-serving", "maybe", "--output", str(tmp_path / "o.json")])
+    assert exit.value.code == 2
+    assert "--bfloat16-serving: invalid choice: 'maybe' (choose from" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_cpu_without_bfloat16_units_gets_no_bfloat16_savedmodel_and_its_row_says_why(monkeypatch):
     # The full suite's setting on an AVX2 CPU: the slow export is neither written nor run, and the table keeps
     # its row with the reason. Fake exports and runtimes (the quick formats suite runs the real ones).
@@ -289,6 +307,8 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
     (["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
      "--models is for the gpu, steps and formats suites, --image-size is for the gpu suite; the profile suite"),
     (["--suite", "steps", "--image-size", "64"], "--image-size is for the gpu suite; the steps suite has its own"),
+    (["--suite", "steps", "--bfloat16-serving", "yes"],
+     "--bfloat16-serving is for the formats suite; the steps suite has its own cases"),
     (["--suite", "steps", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
     (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
     (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
