@@ -85,8 +85,9 @@ def unavailable():
 def measures_bfloat16_serving(bfloat16_serving, bfloat16_units):
     """Whether the bfloat16 SavedModel is measured: `bfloat16_serving` True or False forces it; ``"auto"``
     measures it where the CPU has `bfloat16_units` (`cpu_capabilities`). Without them TensorFlow runs bfloat16
-    einsums on Eigen's element-by-element kernels: `learned_content_local`'s bfloat16 SavedModel took 14x its
-    float32 one's time for one image on an AMD EPYC with AVX2 (docs/performance.md), hours for the suite."""
+    einsums on Eigen's element-by-element kernels: `learned_content_local`'s mixed_bfloat16 forward took 14x its
+    float32 one's time for one image on an AMD EPYC with AVX2 (docs/performance.md), and its bfloat16 SavedModel
+    ran over 20 minutes in the suite without finishing."""
     if bfloat16_serving == "auto":
         return bfloat16_units is not None
     if not isinstance(bfloat16_serving, bool):
