@@ -13,7 +13,7 @@ from support import quick_bench_on_jax
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, formats, gpu_suite
 from keras_attnconv.layers.path_rule import prefers_separable
-from keras_attnconv.models.step_compilation import resolve_jit_compile
+from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 
 
 def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch):
@@ -57,7 +57,8 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     for model in ("quadratic_tiny", "resnet_tiny"):
         rows = [row for row in results["models"] if row["model"] == model]
         assert sum(row["fastest"] for row in rows) == 1 and sum(row["rule"] for row in rows) == 1
-        rule_path = "xla" if resolve_jit_compile("auto", "float32") else "graph"
+        size = model_gflops(build_model(model))  # the suite's models: 32x32 images
+        rule_path = "xla" if resolve_jit_compile("auto", "float32", gflops_per_image=size) else "graph"
         assert [row["path"] for row in rows if row["rule"]] == [rule_path]
     for row in results["models"]:
         assert row["images_per_second"] > 0 and row["matmul_gflops"] > 0 and 0 < row["fraction_of_matmul"]
@@ -67,7 +68,8 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     assert table.count("| tokens | fast path |") == 2
     assert "| model | precision | path |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
     assert "| model | runtime | batch 1 ms |" in table
-    assert [call["format_models"] for call in format_calls] == [bench.QUICK["format_models"]]
+    assert [(call["format_models"], call["bfloat16_serving"]) for call in format_calls] == [
+        (formats.FORMATS_QUICK["format_models"], formats.FORMATS_QUICK["bfloat16_serving"])]  # as the formats suite
     assert results["formats"] == fake_format_rows(format_calls[0]) and "| `quadratic_tiny` | litert |" in table
     assert "speed-up" in capsys.readouterr().out
 

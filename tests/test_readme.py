@@ -262,3 +262,20 @@ def test_the_front_pages_gpu_table_is_the_results_file_of_the_command_it_names()
         assert step_ms == f"{row['step_ms']:.2f}", model
         assert images_per_second == f"{row['fit_images_per_second']:,.0f}", model
         assert peak_mib == f"{row['peak_memory_mib']:,.0f}", model
+
+
+def test_the_front_pages_cpu_table_is_the_results_file_of_the_command_it_names():
+    text = README.read_text()
+    command = re.search(r"`attnconv bench --output (training/results/\S+\.json)`", text)
+    assert command, "the README names the command that measured its CPU table"
+    results = json.loads((ROOT / command.group(1)).read_text())
+    assert results["machine"]["cpu"]["bfloat16_units"] == "AMX"  # the CPU the README's paragraph names
+    measured = {(row["model"], row["precision"], row["path"]): row for row in results["models"]}
+    rows = table_rows(text, "| model | precision | XLA step ms | graph step ms |")
+    assert len(rows) == 8
+    for model, precision, xla_ms, graph_ms, auto_path, fraction in rows:
+        xla, graph = (measured[(model.strip("`"), precision, path)] for path in ("xla", "graph"))
+        auto = xla if xla["rule"] else graph
+        assert (xla_ms, graph_ms) == (f"{xla['step_ms']:,.0f}", f"{graph['step_ms']:,.0f}"), model
+        assert auto_path == auto["path"] and auto["fastest"], (model, precision)
+        assert fraction == f"{100 * auto['fraction_of_matmul']:.0f}%", (model, precision)

@@ -48,11 +48,13 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
 
 
 def test_a_run_compiles_its_step_by_the_path_rule_and_records_what_it_resolved(small_npz, tmp_path):
-    from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile
+    from keras_attnconv import from_preset
+    from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
 
     assert TrainConfig.jit_compile == "auto" and all(load_recipe(path).jit_compile == "auto" for path in RECIPES)
     metrics = train(small_config(small_npz, tmp_path / "run", jit_compile="auto", epochs=1, steps_per_epoch=2))
-    expected = resolve_jit_compile("auto", "float32")
+    # The rule for this device, precision and the size of the model the run trained.
+    expected = resolve_jit_compile("auto", "float32", gflops_per_image=model_gflops(from_preset(metrics["preset"])))
     assert (metrics["jit_compile"], metrics["step_path"]) == (expected, describe_step_path(expected))
 
 

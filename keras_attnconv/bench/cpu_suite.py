@@ -34,8 +34,7 @@ from keras_attnconv.bench.measure import (
 from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
-from keras_attnconv.models.flops import count_flops
-from keras_attnconv.models.step_compilation import resolve_jit_compile
+from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.reports import json_settings, machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
@@ -65,13 +64,15 @@ FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "rep
         "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
         + _memory_cases(("learned_content_local", "learned_content"), batches=(8,), rematerialize=True)
         + _memory_cases(("learned_content_local",), batches=(4,), rematerialize=True),
-        "memory_image_size": 64, "format_models": FORMATS_FULL["format_models"]}
+        "memory_image_size": 64, "format_models": FORMATS_FULL["format_models"],
+        "bfloat16_serving": FORMATS_FULL["bfloat16_serving"]}
 QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
          "comparisons": ("separable", "window7"),
          "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
          "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
          + _memory_cases(("learned_content_local_tiny",), batches=(2,), rematerialize=True),
-         "memory_image_size": 16, "format_models": FORMATS_QUICK["format_models"]}
+         "memory_image_size": 16, "format_models": FORMATS_QUICK["format_models"],
+         "bfloat16_serving": FORMATS_QUICK["bfloat16_serving"]}  # as `--suite formats --quick`: every row runs
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
 
@@ -210,12 +211,13 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
         rates = {jit: 2 * matmul**3 / seconds[("matmul", jit)] / 1e9 for jit in step_paths()}
         matmuls += [{"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate}
                     for jit, rate in rates.items()]
-        rule = resolve_jit_compile("auto", precision)
         for name in models:
             fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
+            forward_gflops = model_gflops(built[(name, fastest)])
+            rule = resolve_jit_compile("auto", precision, gflops_per_image=forward_gflops)
             for jit in step_paths():
                 # Forward + backward ~ 3x the forward pass.
-                gflops = 3 * count_flops(built[(name, jit)]).total * model_batch / seconds[(name, jit)] / 1e9
+                gflops = 3 * forward_gflops * model_batch / seconds[(name, jit)]
                 rows.append({"model": name, "precision": precision, "path": _path_name(jit), "batch": model_batch,
                              "step_ms": 1e3 * seconds[(name, jit)],
                              "images_per_second": model_batch / seconds[(name, jit)],

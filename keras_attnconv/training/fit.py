@@ -160,15 +160,15 @@ def _fit(config, plan, run, resume_from=None):
 def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models import build_model
-    from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile
+    from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
     from keras_attnconv.models.summary import trainable_parameters
 
-    jit_compile = resolve_jit_compile(config.jit_compile, config.precision)
-    if config.verbose:
-        print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
-              f"{config.precision})", file=sys.stderr)
     with build_scope(plan.strategy):
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
+        jit_compile = resolve_jit_compile(config.jit_compile, config.precision, gflops_per_image=model_gflops(model))
+        if config.verbose:
+            print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
+                  f"{config.precision})", file=sys.stderr)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
             optimizer=run_optimizer(config, plan.schedule),
