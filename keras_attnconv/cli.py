@@ -197,8 +197,10 @@ def _write_chart(name, results, base):
     return True
 
 
-# The suites whose cases the command line chooses: which of --models and --image-size each takes.
-_SUITE_OVERRIDES = {"gpu": ("models", "image_size"), "steps": ("models",), "formats": ("models", "bfloat16_serving")}
+# The suites whose cases the command line chooses: which of --models, --precisions, --image-size and
+# --bfloat16-serving each takes.
+_SUITE_OVERRIDES = {"gpu": ("models", "precisions", "image_size"), "steps": ("models", "precisions"),
+                    "formats": ("models", "bfloat16_serving")}
 # --bfloat16-serving's words, as `formats.measures_bfloat16_serving` takes them.
 _BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
 
@@ -220,7 +222,7 @@ def _bench(args):
                 "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json",
                 "profile": "bench-profile.json"}
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
-    given = (("models", args.models), ("image_size", args.image_size),
+    given = (("models", args.models), ("precisions", args.precisions), ("image_size", args.image_size),
              ("bfloat16_serving", _BFLOAT16_SERVING.get(args.bfloat16_serving)))
     overrides = {key: value for key, value in given if value is not None}
     refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
@@ -392,6 +394,11 @@ def build_parser():
     benchmarking.add_argument("--models", type=lambda text: tuple(name.strip() for name in text.split(",")),
                               default=None, help="gpu, steps and formats suites: the models to measure, comma-separated "
                                                  "(default: the suite's paper models; tiny ones with --quick)")
+    benchmarking.add_argument("--precisions", type=lambda text: tuple(name.strip() for name in text.split(",")),
+                              default=None, help="gpu and steps suites: the training precisions to measure, "
+                                                 "comma-separated (default: float32, mixed_bfloat16 and, on the "
+                                                 "gpu suite, mixed_float16; a GPU run cut short by a time limit "
+                                                 "can measure the rest into a file of its own)")
     benchmarking.add_argument("--image-size", type=int, default=None,
                               help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
                                    "--quick)")

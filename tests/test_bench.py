@@ -303,7 +303,38 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
     assert settings["models"] == ["learned_content", "learned_content_local"] and settings["image_size"] == 64
 
 
+def test_gpu_suite_precisions_come_from_the_command_line(tmp_path, monkeypatch):
+    # A run cut short by a device's time limit measures the cases it left into a file of its own.
+    measured = []
+    monkeypatch.setattr(gpu_suite, "run_in_workers", lambda kind, cases, concurrently: (
+        [FAKE_GPU_REFERENCES] if kind == "gpu-references"
+        else [measured.append(cases[0]["precision"]) or fake_gpu_row(cases[0])]))
+    output = tmp_path / "gpu-rest.json"
+    assert cli.main(["bench", "--suite", "gpu", "--models", "resnet18", "--precisions", "mixed_float16,float32",
+                     "--output", str(output)]) == 0
+    assert measured == ["mixed_float16", "float32"]
+    assert json.loads(output.read_text())["settings"]["precisions"] == ["mixed_float16", "float32"]
+
+
+def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_path, monkeypatch):
+    chosen = []
+    monkeypatch.setattr(cpu_suite, "model_step_benchmark",
+                        lambda **settings: chosen.append(settings["precisions"]) or ([], []))
+    assert cli.main(["bench", "--suite", "steps", "--quick", "--precisions", "mixed_bfloat16", "--output",
+                     str(tmp_path / "steps.json")]) == 0
+    assert chosen == [("mixed_bfloat16",)]
+
+
 @pytest.mark.parametrize("arguments, message", [
+    (["--suite", "cpu", "--precisions", "float32"],
+     "--precisions is for the gpu and steps suites; the cpu suite has its own cases. Received: --suite cpu"),
+    (["--suite", "gpu", "--precisions", "mixed_bfloat61"],
+     "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'"),
+    (["--suite", "steps", "--precisions", "bfloat16"],
+     "`precisions` must keep float32 weights to train: one of 'float32', 'mixed_bfloat16', 'mixed_float16'"),
+    (["--suite", "gpu", "--precisions", "float32,float32"],
+     "`precisions` must name each training precision to measure once: some of 'float32', 'mixed_bfloat16', "
+     "'mixed_float16'. Received: precisions='float32,float32'"),
     (["--suite", "cpu", "--models", "quadratic"],
      "--models is for the gpu, steps and formats suites; the cpu suite has its own cases. Received: --suite cpu"),
     (["--suite", "profile", "--models", "quadratic", "--image-size", "64"],

@@ -34,6 +34,7 @@ from keras_attnconv.bench.measure import (
 from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
+from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.reports import json_settings, machine, write_report
 
@@ -248,6 +249,7 @@ def run_benchmark(quick=False, output="bench.json", **overrides):
 def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
     """Runs (b) and (c) alone (``attnconv bench --suite steps``): every model on every path, in every precision."""
     settings = {**(QUICK if quick else FULL), **overrides}
+    check_precisions(settings["precisions"])
     for model in settings["models"]:
         get_model_config(model)  # an unknown name (with the closest ones) fails here, before anything is built
     models, matmul = model_step_benchmark(**settings)

@@ -33,7 +33,7 @@ from keras_attnconv.analysis.throughput import Throughput
 from keras_attnconv.bench.measure import (device_peak_memory, interleaved, matmul_step, random_images, read_step,
                                           run_in_workers, xla_cost)
 from keras_attnconv.models import build_model, count_flops, get_model_config, with_attention_options
-from keras_attnconv.models.precision import PRECISIONS
+from keras_attnconv.models.precision import PRECISIONS, check_precisions
 from keras_attnconv.utils.reports import code_digest, device_description, json_settings, report_paths, write_report
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
@@ -171,6 +171,7 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
     invocation's, measured on the same device.
     """
     settings = json_settings({**(GPU_QUICK if quick else GPU_FULL), **overrides})
+    check_precisions(settings["precisions"])
     for model in settings["models"]:
         # An unknown name (with the closest ones) or a size the model cannot take fails here, not in a worker.
         get_model_config(model, image_size=settings["image_size"])

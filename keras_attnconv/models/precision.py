@@ -43,3 +43,12 @@ def check_precision(precision, argument="precision"):
         raise ValueError(f"`{argument}` must keep float32 weights to train: one of "
                          f"{', '.join(map(repr, PRECISIONS))} ({precision!r} is a model dtype for inference: "
                          f"build_model(..., dtype={precision!r})). Received: {argument}={precision!r}")
+
+
+def check_precisions(precisions, argument="precisions"):
+    """Raises ValueError naming `argument` unless `precisions` is a non-empty sequence of `PRECISIONS`, each once."""
+    if not precisions or len(set(precisions)) != len(precisions):
+        raise ValueError(f"`{argument}` must name each training precision to measure once: some of "
+                         f"{', '.join(map(repr, PRECISIONS))}. Received: {argument}={','.join(precisions)!r}")
+    for precision in precisions:
+        check_precision(precision, argument)
