@@ -205,6 +205,11 @@ _SUITE_OVERRIDES = {"gpu": ("models", "precisions", "image_size"), "steps": ("mo
 _BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
 
 
+def _names(text):
+    """A comma-separated command-line list (``--models``, ``--precisions``) as a tuple of its stripped names."""
+    return tuple(name.strip() for name in text.split(","))
+
+
 def _suites_taking(key):
     """"the gpu suite", "the gpu, steps and formats suites": those of `_SUITE_OVERRIDES` that take `key`."""
     takers = [suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]
@@ -391,10 +396,10 @@ def build_parser():
                                    "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
                                    "with JAX: its kernels, batch 100)")
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
-    benchmarking.add_argument("--models", type=lambda text: tuple(name.strip() for name in text.split(",")),
+    benchmarking.add_argument("--models", type=_names,
                               default=None, help="gpu, steps and formats suites: the models to measure, comma-separated "
                                                  "(default: the suite's paper models; tiny ones with --quick)")
-    benchmarking.add_argument("--precisions", type=lambda text: tuple(name.strip() for name in text.split(",")),
+    benchmarking.add_argument("--precisions", type=_names,
                               default=None, help="gpu and steps suites: the training precisions to measure, "
                                                  "comma-separated (default: float32, mixed_bfloat16 and, on the "
                                                  "gpu suite, mixed_float16; a GPU run cut short by a time limit "

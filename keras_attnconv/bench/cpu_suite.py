@@ -214,7 +214,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
                     for jit, rate in rates.items()]
         for name in models:
             fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
-            forward_gflops = model_gflops(built[(name, fastest)])
+            forward_gflops = model_gflops(built[(name, fastest)])  # the same model on either path
             rule = resolve_jit_compile("auto", precision, gflops_per_image=forward_gflops)
             for jit in step_paths():
                 # Forward + backward ~ 3x the forward pass.

@@ -9,6 +9,7 @@ and marks where the rule's pick was not the faster one.
 
 - GPU and TPU: XLA, whole step (it fuses the element-wise work between the
   tensor-core matmuls; `attnconv bench --suite gpu` measures the models there).
+
 A CPU's rule, for a model of `SMALL_MODEL_GFLOPS` and more (smaller ones below):
 
 - CPU with bfloat16 units, in a bfloat16 precision: the graph. XLA's CPU
@@ -40,6 +41,9 @@ A CPU's rule, for a model of `SMALL_MODEL_GFLOPS` and more (smaller ones below):
   the quick recipe (`quadratic_tiny`, batch 50, float32) trained at 568 and
   586 images/s under XLA against 464 and 468 in the graph. A model whose
   size is not given is ruled as a large one.
+
+Other backends, on any device:
+
 - JAX: XLA (it is JAX's only compiler; without ``jit`` a step runs op by op).
 - PyTorch: no XLA (Keras' own default there).
 
