@@ -244,24 +244,31 @@ def test_the_front_pages_figures_are_committed_files_drawn_by_the_command_it_nam
         assert (ROOT / image).stat().st_size < 150_000, f"{image}: keep the front page's figures small (low dpi)"
 
 
-def test_the_front_pages_gpu_table_is_the_results_file_of_the_command_it_names():
+def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names():
     text = README.read_text()
-    command = re.search(r"attnconv bench --suite gpu((?:\s+--(?!output)\S+\s+\S+)*)\s+--output\s+(training/results/\S+\.json)`",
-                        text)
-    assert command, "the README names the command that measured its GPU table"
-    results = json.loads((ROOT / command.group(2)).read_text())
-    # The same options as the run that wrote the file (which wrote it elsewhere on the lent machine).
-    options = re.sub(r"\s+--output\s+\S+", "", results["command"]).split()
-    assert options == ["attnconv", "bench", "--suite", "gpu", *command.group(1).split()], results["command"]
-    measured = {row["model"]: row for row in results["rows"]
-                if row["precision"] == "mixed_bfloat16" and row["path"] == row["auto_path"]}
-    rows = table_rows(text, "| model | step ms, waited for |")
+    commands = re.findall(r"attnconv\s+bench\s+--suite\s+gpu((?:\s+--(?!output)\S+\s+\S+)*)\s+--output\s+"
+                          r"(training/results/\S+\.json)`", text)
+    assert len(commands) == 3, "the README names the commands that measured its GPU table, one per file"
+    measured = {}
+    for options, path in commands:
+        results = json.loads((ROOT / path).read_text())
+        # The same options as the run that wrote the file (which may have written it elsewhere on the lent machine).
+        recorded = re.sub(r"\s+--output\s+\S+", "", results["command"]).split()
+        assert recorded == ["attnconv", "bench", "--suite", "gpu", *options.split()], results["command"]
+        for row in results["rows"]:
+            if row["path"] == row["auto_path"]:
+                key = row["model"], row["precision"]
+                assert key not in measured, f"{key} is in two of the files: which one the table shows is unclear"
+                measured[key] = row
+    rows = table_rows(text, "| model | mixed_bfloat16: step ms, waited for |")
     assert rows
-    for model, step_ms, images_per_second, peak_mib in rows:
-        row = measured[model.strip("`")]
+    for model, step_ms, images_per_second, peak_mib, float32_images, float16_images in rows:
+        row = measured[model.strip("`"), "mixed_bfloat16"]
         assert step_ms == f"{row['step_ms']:.2f}", model
         assert images_per_second == f"{row['fit_images_per_second']:,.0f}", model
         assert peak_mib == f"{row['peak_memory_mib']:,.0f}", model
+        for precision, cell in (("float32", float32_images), ("mixed_float16", float16_images)):
+            assert cell == f"{measured[model.strip('`'), precision]['fit_images_per_second']:,.0f}", (model, precision)
 
 
 def test_the_front_pages_cpu_table_is_the_results_file_of_the_command_it_names():
