@@ -49,6 +49,23 @@ def test_centers_figure_draws_each_layers_centers_and_contours(name):
         assert len(axis.patches) == 2 * 9 + 1  # 50% and 90% contour per head, and the query pixel
 
 
+@pytest.mark.parametrize("spread", [0.0, 1e-6])
+def test_a_head_whose_width_trained_to_zero_gets_no_contour_and_the_panel_says_so(spread):
+    # A trained quadratic model (H200, 60 epochs) had such a head: its contours, a dashed line millions of
+    # pixels long, kept `attnconv plot` rendering for minutes; its variance was a 0/0 NaN besides.
+    model = build_model("quadratic_tiny", seed=0, quadratic_width="spread", **SMALL)
+    score = model.get_layer("encoder_0").attention.position_score
+    spreads = ops.convert_to_numpy(score.spreads).copy()
+    spreads[2] = spread
+    score.spreads.assign(spreads)
+    assert not np.isnan(score.covariances).any()
+    figure = viz.plot_attention_centers(model)
+    first, second = [a for a in figure.axes if a.get_visible()]
+    assert len(first.patches) == 2 * 8 + 1 and len(second.patches) == 2 * 9 + 1
+    assert "1 nearly uniform head: no contour" in first.get_title()
+    assert len(first.lines) == 9  # its center is still drawn
+
+
 def test_centers_figure_has_pixel_axes_and_a_legend_of_heads_contours_and_query():
     figure = viz.plot_attention_centers(build_model("quadratic_tiny", seed=0, **SMALL))
     for axis in figure.axes:

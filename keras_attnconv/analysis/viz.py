@@ -14,6 +14,9 @@ from keras_attnconv.analysis.attention import attention_probabilities, layer_cen
 from keras_attnconv.analysis.style import SEQUENTIAL_CMAP, series_style
 from keras_attnconv.layers.encoder import encoder_blocks
 
+#: A contour whose 50% radius exceeds this many times the panel's half-width is not drawn.
+_WIDEST_CONTOUR = 4
+_UNIFORM = 1e300  # the variance of a head with alpha = 0 (infinite), finite for the eigendecomposition
 #: Radius (in standard deviations) of the circle holding probability p of a 2-D Gaussian.
 _CONTOURS = {0.5: np.sqrt(-2 * np.log(0.5)), 0.9: np.sqrt(-2 * np.log(0.1))}
 _CONTOUR_STYLES = {0.5: "-", 0.9: ":"}
@@ -92,20 +95,29 @@ def plot_attention_centers(model, extent=None, columns=3):
     heads = max(len(means) for means, _ in centers.values())
     figure, axes = _grid(len(centers), min(columns, len(centers)), heads + len(_CONTOUR_STYLES) + 1)
     for index, (axis, (name, (means, covariances))) in enumerate(zip(axes, centers.items())):
+        limit = extent or max(4.0, float(np.abs(means).max()) + 2)
+        too_wide = 0
         for head, (mean, covariance) in enumerate(zip(means, covariances)):
             style = series_style(head)
             # x = column shift, y = row shift (rows grow downwards, as in an image).
             axis.plot(mean[1], mean[0], linestyle="none", marker=style["marker"], color=style["color"],
                       markersize=5)
-            eigenvalues, eigenvectors = np.linalg.eigh(np.nan_to_num(covariance, posinf=1e6))
+            eigenvalues, eigenvectors = np.linalg.eigh(np.nan_to_num(covariance, posinf=_UNIFORM))
+            radii = np.sqrt(np.maximum(eigenvalues[::-1], 0))
+            if _CONTOURS[0.5] * radii.max() > _WIDEST_CONTOUR * limit:
+                # A head whose alpha trained to about 0 attends nearly uniformly; its contours (a dashed line
+                # millions of pixels long) would cover the panel and take minutes to render.
+                too_wide += 1
+                continue
             angle = np.degrees(np.arctan2(eigenvectors[0, 1], eigenvectors[1, 1]))
             for probability, linestyle in _CONTOUR_STYLES.items():
-                width, height = 2 * _CONTOURS[probability] * np.sqrt(np.maximum(eigenvalues[::-1], 0))
+                width, height = 2 * _CONTOURS[probability] * radii
                 axis.add_patch(Ellipse((mean[1], mean[0]), width, height, angle=angle, fill=False,
                                        linestyle=linestyle, color=style["color"]))
         axis.add_patch(Rectangle((-0.5, -0.5), 1, 1, color="black"))
-        _shift_axes(axis, extent or max(4.0, float(np.abs(means).max()) + 2))
-        axis.set_title(_layer_title(index, name))
+        _shift_axes(axis, limit)
+        note = f"\n{too_wide} nearly uniform head{'s' * (too_wide > 1)}: no contour" if too_wide else ""
+        axis.set_title(_layer_title(index, name) + note)
     contours = [Line2D([], [], color="black", linestyle=linestyle, label=f"{probability:.0%} of the attention")
                 for probability, linestyle in _CONTOUR_STYLES.items()]
     _legend_below(figure, [_head_handle(head) for head in range(heads)] + contours + [_query_handle()])

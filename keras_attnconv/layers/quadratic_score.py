@@ -105,9 +105,16 @@ class QuadraticScore(PositionScore):
 
     @property
     def covariances(self):
-        """Covariance ``I / (2 alpha_h)`` of each head's Gaussian, NumPy (heads, 2, 2)."""
+        """Covariance ``I / (2 alpha_h)`` of each head's Gaussian, NumPy (heads, 2, 2).
+
+        A head whose ``alpha_h`` trained to 0 attends uniformly: its variance is infinite (``inf`` on the diagonal).
+        """
         alpha = ops.convert_to_numpy(self.alpha).astype("float64")
-        return np.eye(2)[None] / (2.0 * alpha[:, None, None])
+        with np.errstate(divide="ignore"):
+            variance = 1.0 / (2.0 * alpha)
+        covariances = np.zeros((len(alpha), 2, 2))
+        covariances[:, 0, 0] = covariances[:, 1, 1] = variance
+        return covariances
 
     def head_vectors_v(self):
         """The eq. (9) vectors ``v_h = -alpha_h (1, -2 Delta_h1, -2 Delta_h2)``: (heads, 3)."""
