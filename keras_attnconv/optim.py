@@ -69,7 +69,7 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "steps_per_epoch": self.steps_per_epoch}
 
 
-def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio):
+def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio, min_warmup_epochs=0.0):
     """The `WarmupCosineDecay` of a run of `epochs` x `steps_per_epoch` steps.
 
     ``"official"``: the official code's (``train.py``): the rate is set once per
@@ -78,11 +78,22 @@ def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio
     300 epochs of 500 steps, with a warm-up of ``int(0.05 * 150,300) = 7,515``),
     so the rate never reaches 0. ``"per_step"``: the rate changes every step and
     the cosine ends on the run's last step.
+
+    The warm-up lasts ``warmup_ratio`` of the run, or ``min_warmup_epochs``
+    (at most half the run) where that is longer, in the schedule's own steps
+    (``steps_per_epoch + 1`` an epoch for ``"official"``), rounded down. The
+    paper warms up over 5% of 300 epochs, 15 epochs; 5% of a shortened run
+    shrinks it to nothing (1.5 epochs at 30 epochs killed the quadratic
+    model: docs/training.md), so a shorter run keeps ``min_warmup_epochs``,
+    capped at half the run so that the rate still decays over the other half.
+    A run whose ratio gives more (the paper's 300 epochs: 15) keeps its own.
     """
     check_choice("schedule", kind, SCHEDULES)
     per_epoch = steps_per_epoch + 1 if kind == "official" else steps_per_epoch
     total_steps = epochs * per_epoch
-    return WarmupCosineDecay(peak_learning_rate, total_steps, warmup_steps=math.floor(warmup_ratio * total_steps),
+    warmup = max(math.floor(warmup_ratio * total_steps),  # the official code's int(ratio * total), exactly
+                 math.floor(min(min_warmup_epochs, epochs / 2) * per_epoch))
+    return WarmupCosineDecay(peak_learning_rate, total_steps, warmup_steps=warmup,
                              steps_per_epoch=steps_per_epoch if kind == "official" else None)
 
 

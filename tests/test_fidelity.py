@@ -92,14 +92,42 @@ def test_official_initialisation_has_the_official_models_distributions(recipe):
 def test_paper_schedule_is_the_official_one_at_chosen_steps():
     config = load_recipe(RECIPES / "quadratic.toml")
     schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, CIFAR10_STEPS_PER_EPOCH,
-                            config.warmup_ratio)
-    assert (schedule.total_steps, schedule.warmup_steps) == (150_300, 7_515)
+                            config.warmup_ratio, config.min_warmup_epochs)
+    assert (schedule.total_steps, schedule.warmup_steps) == (150_300, 7_515)  # the minimum warm-up changes nothing
     steps = [0, 1, 499, 500, 999, 7_499, 7_500, 7_999, 8_000, 75_000, 149_999]
     rates = np.asarray([float(schedule(step)) for step in steps])
     expected = [official_learning_rate(0.1, 300, CIFAR10_STEPS_PER_EPOCH, 0.05, step) for step in steps]
     np.testing.assert_allclose(rates, expected, rtol=1e-6, atol=1e-9)
     assert rates[0] == rates[1] == rates[2] == 0.0  # the whole first epoch at 0
     assert rates[3] == rates[4] > 0 and rates[-1] > 0  # constant within an epoch; the last epoch above 0
+
+
+@pytest.mark.parametrize("recipe", ["quadratic", "learned", "learned_content", "resnet18"])
+def test_a_shortened_paper_recipe_keeps_six_warm_up_epochs(recipe):
+    # At 30 epochs the paper's 5% is 1.5 epochs: the rate jumped to 0.067 in epoch 2 and the quadratic model
+    # died at chance on an H200. The rule keeps 6 epochs (measured to train at 20 and 60 epochs).
+    config = load_recipe(recipe, epochs=30)
+    per_epoch = CIFAR10_STEPS_PER_EPOCH + 1  # the official schedule's epoch
+    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, CIFAR10_STEPS_PER_EPOCH,
+                            config.warmup_ratio, config.min_warmup_epochs)
+    assert schedule.warmup_steps == 6 * per_epoch
+    second_epoch = float(schedule(CIFAR10_STEPS_PER_EPOCH))
+    assert second_epoch == pytest.approx(0.1 * CIFAR10_STEPS_PER_EPOCH / (6 * per_epoch))  # about 0.1 / 6, not / 1.5
+
+
+def test_the_minimum_warm_up_takes_at_most_half_of_a_short_run():
+    schedule = run_schedule("per_step", 0.1, epochs=10, steps_per_epoch=50, warmup_ratio=0.05, min_warmup_epochs=6)
+    assert (schedule.total_steps, schedule.warmup_steps) == (500, 250)  # 5 epochs, not 6 of 10
+
+
+def test_a_warm_up_ratio_longer_than_the_minimum_is_kept():
+    schedule = run_schedule("per_step", 0.1, epochs=20, steps_per_epoch=50, warmup_ratio=0.5, min_warmup_epochs=6)
+    assert schedule.warmup_steps == 500  # 10 epochs
+
+
+def test_min_warmup_epochs_must_be_a_number_of_epochs():
+    with pytest.raises(ValueError, match="min_warmup_epochs=-1"):
+        load_recipe("quadratic", min_warmup_epochs=-1)
 
 
 def test_per_step_schedule_changes_every_step_and_ends_at_zero():

@@ -62,7 +62,7 @@ def plan_run(config):
     eval_batches = ArrayBatches(*eval_arrays, batch_size=config.batch_size, shard=shard)
     steps_per_epoch = len(train_batches)
     schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
-                            config.warmup_ratio)
+                            config.warmup_ratio, config.min_warmup_epochs)
     return RunPlan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
                    replicas)
 

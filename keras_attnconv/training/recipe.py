@@ -49,6 +49,11 @@ class TrainConfig:
     per-channel mean and std of its training split, `data.dataset_info`) and
     ``decay_centers_and_spreads`` (False: the attention
     centers and spreads get no weight decay, as in the official code).
+
+    The warm-up lasts ``warmup_ratio`` of the run (Table 2: 5%, 15 of 300
+    epochs), but at least ``min_warmup_epochs`` (at most half the run): a
+    recipe shortened with ``--epochs`` keeps a warm-up the paper's models
+    survive (`keras_attnconv.optim.run_schedule`).
     """
 
     name: str = "run"
@@ -64,6 +69,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 1e-4
     warmup_ratio: float = 0.05
+    min_warmup_epochs: float = 6.0
     schedule: str = "per_step"
     decay_centers_and_spreads: bool = True
     normalization: str = "dataset"
@@ -98,6 +104,7 @@ class TrainConfig:
         check_real("momentum", self.momentum, 0.0, 1.0, high_open=True)
         check_real("weight_decay", self.weight_decay, low=0.0)
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
+        check_real("min_warmup_epochs", self.min_warmup_epochs, low=0.0)
         check_bool("download", self.download)
         check_jit_compile(self.jit_compile)
         check_precision(self.precision)
