@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 
 
@@ -291,6 +292,21 @@ def _compare(args):
     return 0
 
 
+def _table1(args):
+    from keras_attnconv.training.table1 import table1_markdown, table1_report
+    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.utils.reports import report_paths, write_report
+
+    for path in report_paths(args.output):
+        check_writable(path, "output", file=True)
+    report = table1_report(args.runs, data_name=args.data_name, data_file=args.data_file, commit=args.commit,
+                           libraries=args.libraries, device=args.device, command=args.command_line)
+    markdown = table1_markdown(report)
+    write_report(args.output, report, markdown)
+    print(markdown)
+    return 0
+
+
 def build_parser():
     # No abbreviations: --epoch must not be taken for --epochs, nor a later option's prefix for an earlier one.
     parser = argparse.ArgumentParser(
@@ -416,6 +432,16 @@ def build_parser():
                                    "bench-formats.json, bench-steps.json, bench-scale.json)")
     benchmarking.set_defaults(handler=_bench)
 
+    tabulating = add("table1", help="the paper's Table 1 beside trained runs: a results file (JSON and markdown)")
+    tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
+    tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
+    tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
+    tabulating.add_argument("--commit", required=True, help="the package's commit the runs trained with")
+    tabulating.add_argument("--libraries", required=True, help='the versions they trained with, e.g. "jax 0.11.2"')
+    tabulating.add_argument("--device", help="the device, for runs that did not record it")
+    tabulating.add_argument("--output", default="table1.json", help="JSON output (a .md table is written beside)")
+    tabulating.set_defaults(handler=_table1)
+
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
     comparing.add_argument("--recipe", default="quick", help="a recipe's name or a TOML file (default: quick)")
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
@@ -460,7 +486,7 @@ def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    args.command_line = " ".join(["attnconv", *argv])  # recorded in results files
+    args.command_line = shlex.join(["attnconv", *argv])  # recorded in results files, quoted as a shell takes it
     _quiet_start_up(args.debug)
     if getattr(args, "handler", None) is None:
         parser.print_help()

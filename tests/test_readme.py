@@ -6,6 +6,7 @@ import json
 import importlib
 import importlib.util
 import re
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -271,11 +272,12 @@ def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names
             assert cell == f"{measured[model.strip('`'), precision]['fit_images_per_second']:,.0f}", (model, precision)
 
 
-def test_the_front_pages_cpu_table_is_the_results_file_of_the_command_it_names():
-    text = README.read_text()
-    command = re.search(r"`attnconv bench --output (training/results/\S+\.json)`", text)
-    assert command, "the README names the command that measured its CPU table"
-    results = json.loads((ROOT / command.group(1)).read_text())
+def test_the_cpu_table_is_the_results_file_of_the_command_it_names():
+    header = "| model | precision | XLA step ms | graph step ms |"
+    text = the_page_holding(header)
+    commands = re.findall(r"`attnconv bench --output (training/results/\S+\.json)`", text[:text.index(header)])
+    assert commands, "the page names the command that measured its CPU table, before it"
+    results = json.loads((ROOT / commands[-1]).read_text())
     assert results["machine"]["cpu"]["bfloat16_units"] == "AMX"  # the CPU the README's paragraph names
     measured = {(row["model"], row["precision"], row["path"]): row for row in results["models"]}
     rows = table_rows(text, "| model | precision | XLA step ms | graph step ms |")
@@ -286,3 +288,17 @@ def test_the_front_pages_cpu_table_is_the_results_file_of_the_command_it_names()
         assert (xla_ms, graph_ms) == (f"{xla['step_ms']:,.0f}", f"{graph['step_ms']:,.0f}"), model
         assert auto_path == auto["path"] and auto["fastest"], (model, precision)
         assert fraction == f"{100 * auto['fraction_of_matmul']:.0f}%", (model, precision)
+
+
+def test_the_front_pages_table1_is_the_results_file_of_the_command_it_names():
+    from keras_attnconv.training.table1 import TABLE1_HEADER, TABLE1_MODELS, table1_rows
+
+    text = README.read_text()
+    command = re.search(r"`(attnconv table1 .*?--output (training/results/table1-\S+\.json))`", text, flags=re.S)
+    assert command, "the README names the command that made its Table 1"
+    results = json.loads((ROOT / command.group(2)).read_text())
+    assert shlex.split(results["command"]) == shlex.split(" ".join(command.group(1).split()))  # wrapped as prose
+    assert results["data"]["name"] == "CIFAR-10 (JPEG copy)" and "CIFAR-10 (JPEG copy)" in text
+    rows = table_rows(text, TABLE1_HEADER)
+    assert [row[0] for row in rows] == [f"`{model}`" for model in TABLE1_MODELS]
+    assert rows == table1_rows(results)

@@ -1,0 +1,161 @@
+"""Table 1 reproduced: training runs beside the paper's CIFAR-10 test accuracy, as a results file and its table.
+
+`table1_report` reads run directories (finished or stopped: a stopped run
+gives the epochs it completed, such as the first epochs of the paper's
+300-epoch schedule) and returns what ``attnconv table1 RUN ... --output
+training/results/table1-<gpu>.json`` writes: per run, the recipe, the
+device, the per-epoch history, the minutes of training and the test
+accuracy with its standard error beside Table 1's figure; the data by name
+and digest; what is not measured yet, said so.
+"""
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from keras_attnconv.models import get_paper_figures
+from keras_attnconv.training.callbacks import csv_history
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.checks import check_path
+
+#: The rows of the paper's Table 1, by the registered names of their models.
+TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
+#: Fields of a run's config that say where it ran, not what it trained.
+_PLACES = ("runs_dir", "run_dir", "export_dir", "data_dir", "verbose", "dataset")
+
+
+def file_digest(path):
+    """``sha256:<hex>`` of the file at `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def standard_error(accuracy, examples):
+    """The standard error of an accuracy measured on `examples` images (binomial)."""
+    return math.sqrt(accuracy * (1.0 - accuracy) / examples)
+
+
+def run_record(path, device=None):
+    """What the results file holds of the run directory at `path`.
+
+    Its recipe and settings, its history, and, for a finished run, its test
+    accuracy (the last epoch's weights on the evaluation split) with the
+    standard error, the best epoch, and the minutes the training took
+    (compilation and the evaluations included). `device` names the device
+    where the run did not record it.
+    """
+    run = RunDirectory(check_path("run", path))
+    if not run.is_ours() or run.read_config() is None:
+        raise ValueError(f"{str(path)!r} is not a training run of the package (no run mark and config.json). "
+                         f"Received: run={str(path)!r}")
+    config = run.read_config()
+    metrics = json.loads(run.metrics_file.read_text()) if run.metrics_file.exists() else None
+    history = metrics["history"] if metrics else csv_history(run.history)
+    recorded_device = (metrics or {}).get("machine", {}).get("device")
+    if not (recorded_device or device):
+        raise ValueError(f"{run} does not record its device: name it. Received: device={device!r}")
+    record = {
+        "recipe": config["name"],
+        "model": config["model"],
+        "device": recorded_device or device,
+        "settings": {k: v for k, v in sorted(config.items()) if k not in _PLACES},
+        "epochs": config["epochs"],
+        "epochs_completed": len(history.get("val_accuracy", [])),
+        "finished": metrics is not None,
+        "paper_accuracy": get_paper_figures(config["model"]).accuracy,
+        "history": history,
+        "epoch_seconds": (json.loads(run.epoch_seconds.read_text())["epoch_seconds"]
+                          if run.epoch_seconds.exists() else []),
+    }
+    if metrics:
+        accuracy, examples = metrics["eval_accuracy"], metrics["eval_examples"]
+        best = json.loads(run.best_record.read_text()) if run.best_record.exists() else {}
+        record.update(test_accuracy=accuracy, test_examples=examples,
+                      standard_error=standard_error(accuracy, examples),
+                      training_minutes=metrics["wall_seconds_this_session"] / 60,
+                      best_epoch=best.get("epoch"), best_test_accuracy=best.get("val_accuracy"),
+                      precision=metrics["precision"], step_path=metrics["step_path"])
+    return record
+
+
+def table1_report(runs, *, data_name, data_file, commit, libraries, device=None, command=None):
+    """The Table 1 results of `runs` (run directories), as ``attnconv table1`` writes them.
+
+    Args:
+        runs: run directories: finished runs are Table 1's rows; stopped ones
+            are kept as the first epochs of their schedule.
+        data_name: what the data is ("CIFAR-10 (JPEG copy)").
+        data_file: the file the data came from, whose digest is recorded.
+        commit: the package's commit the runs trained with.
+        libraries: the libraries' versions ("jax 0.11.2, keras 3.15.1").
+        device: the device, for runs that did not record it.
+        command: the command line that made the report.
+    """
+    records = [run_record(path, device) for path in runs]
+    finished = [r for r in records if r["finished"]]
+    doubled = sorted({r["model"] for r in finished if sum(o["model"] == r["model"] for o in finished) > 1})
+    if doubled:
+        raise ValueError(f"Two finished runs train {', '.join(doubled)}: which one is its row is unclear. "
+                         f"Received: runs={[str(path) for path in runs]}")
+    return {
+        "command": command,
+        "commit": commit,
+        "libraries": libraries,
+        "data": {"name": data_name, "file": Path(data_file).name, "digest": file_digest(data_file)},
+        "runs": records,
+        "not_measured": [m for m in TABLE1_MODELS if m not in {r["model"] for r in finished}],
+    }
+
+
+def _percent(value, digits=1):
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def table1_rows(report):
+    """The front page's rows: per Table 1 model, the paper's accuracy and this package's (or why not)."""
+    finished = {r["model"]: r for r in report["runs"] if r["finished"]}
+    rows = []
+    for model in TABLE1_MODELS:
+        paper = get_paper_figures(model).accuracy
+        run = finished.get(model)
+        if run is None:
+            rows.append([f"`{model}`", _percent(paper), "not trained yet", "-", "-", "-", "-", "-"])
+            continue
+        rows.append([f"`{model}`", _percent(paper),
+                     f"{_percent(run['test_accuracy'], 2)} ± {_percent(run['standard_error'], 2)}",
+                     f"{100 * (run['test_accuracy'] - paper):+.1f}", f"`{run['recipe']}`",
+                     f"{run['epochs']}", f"{run['training_minutes']:.1f}", run["device"]])
+    return rows
+
+
+TABLE1_HEADER = ("| model | Table 1 (300 epochs) | this package (test, ± s.e.) | points | recipe | epochs "
+                 "| minutes | device |")
+
+
+def table1_markdown(report):
+    """The report as markdown: Table 1 beside the paper, then the stopped runs' first epochs."""
+    devices = sorted({r["device"] for r in report["runs"]})
+    lines = [f"# Table 1 on {report['data']['name']}", "",
+             f"Made by `{report['command']}`; package commit {report['commit']}; {report['libraries']}; "
+             f"{', '.join(devices)}; data `{report['data']['file']}` ({report['data']['digest']}).", "",
+             TABLE1_HEADER, "|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table1_rows(report)]
+    examples = sorted({f"{r['test_examples']:,}" for r in report["runs"] if r["finished"]})
+    lines += ["", f"Test accuracy: the last epoch's weights on the {' or '.join(examples) or 'held-out'} test images; "
+              "points: this package's minus the paper's; minutes: the training command's fit and evaluations, "
+              "compilation included."]
+    stopped = [r for r in report["runs"] if not r["finished"]]
+    if stopped:
+        lines += ["", "Stopped runs (the first epochs of their schedule), test accuracy after each 5th epoch:", ""]
+        for run in stopped:
+            accuracy = run["history"].get("val_accuracy", [])
+            marks = ", ".join(f"{e}: {_percent(accuracy[e - 1])}" for e in range(5, len(accuracy) + 1, 5))
+            lines.append(f"- `{run['recipe']}` ({run['epochs']} epochs), {run['epochs_completed']} completed: "
+                         f"{marks}")
+    if report["not_measured"]:
+        lines += ["", f"Not measured yet: {', '.join(report['not_measured'])}."]
+    return "\n".join(lines) + "\n"

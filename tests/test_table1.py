@@ -1,0 +1,97 @@
+"""Specifications of the Table 1 results file: what it records of real runs, and the runs it refuses."""
+
+import json
+import math
+import shutil
+
+import pytest
+
+from keras_attnconv.cli import main
+from keras_attnconv.models import get_paper_figures
+from keras_attnconv.training.fit import train
+from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.table1 import TABLE1_HEADER, table1_report, table1_rows
+
+SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
+REPORT = {"data_name": "the small sample", "commit": "abc1234", "libraries": "keras 3"}
+
+
+@pytest.fixture(scope="module")
+def finished_run(small_npz, tmp_path_factory):
+    """A real run of `quadratic` (its config shrunk), so that its row is Table 1's quadratic row."""
+    run_dir = tmp_path_factory.mktemp("table1") / "quadratic_small"
+    train(TrainConfig(name="quadratic_small", model="quadratic", model_overrides=SMALL_MODEL, dataset=small_npz,
+                      epochs=2, batch_size=20, run_dir=str(run_dir), verbose=0, jit_compile=False,
+                      export_dir=None))
+    return run_dir
+
+
+def stopped_copy(run_dir, path):
+    """`run_dir` as a run stopped after its epochs: no ``metrics.json`` (a kill before it was written)."""
+    shutil.copytree(run_dir, path)
+    (path / "metrics.json").unlink()
+    return path
+
+
+def test_a_finished_run_is_its_models_row_with_the_standard_error_of_its_accuracy(finished_run, small_npz):
+    report = table1_report([finished_run], data_file=small_npz, device="a CPU", **REPORT)
+    metrics = json.loads((finished_run / "metrics.json").read_text())
+    (run,) = report["runs"]
+    assert (run["recipe"], run["model"], run["device"], run["finished"]) == ("quadratic_small", "quadratic",
+                                                                             "a CPU", True)
+    accuracy, examples = metrics["eval_accuracy"], metrics["eval_examples"]
+    assert (run["test_accuracy"], run["test_examples"]) == (accuracy, examples)
+    assert run["standard_error"] == pytest.approx(math.sqrt(accuracy * (1 - accuracy) / examples))
+    assert run["history"] == metrics["history"] and len(run["history"]["val_accuracy"]) == 2
+    assert run["paper_accuracy"] == get_paper_figures("quadratic").accuracy == 0.938
+    assert run["training_minutes"] == pytest.approx(metrics["wall_seconds_this_session"] / 60)
+    assert "run_dir" not in run["settings"] and run["settings"]["epochs"] == 2
+    assert report["not_measured"] == ["resnet18", "learned", "learned_content"]
+    assert report["data"]["digest"].startswith("sha256:") and report["data"]["file"] == "small.npz"
+
+
+def test_the_front_pages_rows_give_the_paper_beside_the_run_or_say_not_trained_yet(finished_run, small_npz):
+    report = table1_report([finished_run], data_file=small_npz, device="a CPU", **REPORT)
+    rows = {row[0]: row for row in table1_rows(report)}
+    assert len(TABLE1_HEADER.split("|")) - 2 == len(rows["`quadratic`"])
+    run = report["runs"][0]
+    assert rows["`quadratic`"][1:3] == ["93.8%", f"{100 * run['test_accuracy']:.2f}% ± "
+                                                  f"{100 * run['standard_error']:.2f}%"]
+    assert rows["`quadratic`"][3] == f"{100 * (run['test_accuracy'] - 0.938):+.1f}"
+    assert rows["`resnet18`"][1:3] == ["93.8%", "not trained yet"]
+
+
+def test_a_stopped_run_gives_the_epochs_it_completed_and_no_row(finished_run, small_npz, tmp_path):
+    stopped = stopped_copy(finished_run, tmp_path / "stopped")
+    report = table1_report([stopped], data_file=small_npz, device="a CPU", **REPORT)
+    (run,) = report["runs"]
+    assert (run["finished"], run["epochs_completed"]) == (False, 2) and "test_accuracy" not in run
+    assert "quadratic" in report["not_measured"]
+
+
+def test_two_finished_runs_of_one_model_are_refused(finished_run, small_npz, tmp_path):
+    copy = tmp_path / "again"
+    shutil.copytree(finished_run, copy)
+    with pytest.raises(ValueError, match="Two finished runs train quadratic"):
+        table1_report([finished_run, copy], data_file=small_npz, device="a CPU", **REPORT)
+
+
+def test_a_run_that_does_not_record_its_device_needs_it_named(finished_run, small_npz):
+    with pytest.raises(ValueError, match="does not record its device"):
+        table1_report([finished_run], data_file=small_npz, **REPORT)
+
+
+def test_a_folder_that_is_no_run_is_named(tmp_path, small_npz):
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ValueError, match="notes.*is not a training run"):
+        table1_report([tmp_path / "notes"], data_file=small_npz, device="a CPU", **REPORT)
+
+
+def test_the_command_writes_the_results_file_and_its_table(finished_run, small_npz, tmp_path, capsys):
+    output = tmp_path / "table1-cpu.json"
+    code = main(["table1", str(finished_run), "--data-name", "the small sample", "--data-file", small_npz,
+                 "--commit", "abc1234", "--libraries", "keras 3", "--device", "a CPU", "--output", str(output)])
+    assert code == 0
+    results = json.loads(output.read_text())
+    assert results["command"].startswith("attnconv table1 ") and "'the small sample'" in results["command"]
+    assert TABLE1_HEADER in output.with_suffix(".md").read_text()
