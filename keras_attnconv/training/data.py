@@ -1,11 +1,12 @@
-"""Datasets for training and evaluation: CIFAR-10/100 (tfds), the embedded sample, local .npz.
+"""Datasets for training and evaluation: CIFAR-10/100 (tfds), the embedded sample, local .npz, image folders.
 
 `load_dataset` returns a batched ``tf.data.Dataset`` of ``(uint8 images, int
 labels)`` ready for ``model.fit`` (every model of the zoo normalises its input
 itself, with the statistics of its config, which `DatasetInfo` gives).
 `load_arrays` returns the raw uint8 images as NumPy arrays and needs no
 TensorFlow for the embedded sample and local files (the GPU machine has none).
-TensorFlow and tfds are imported inside the functions that need them.
+TensorFlow and tfds are imported inside the functions that need them; a folder
+of images is read by `keras_attnconv.training.image_folder`.
 """
 
 import contextlib
@@ -50,7 +51,7 @@ class DatasetInfo:
 
 
 def dataset_info(name):
-    """`DatasetInfo` of a dataset name or a local .npz path.
+    """`DatasetInfo` of a dataset name, a local .npz path or a folder of images (`image_folder`).
 
     The statistics (`DatasetInfo.mean`, `.std`) are those of the training split, per channel, of pixels / 255:
     CIFAR-10's and CIFAR-100's published ones; for the embedded sample and a .npz, computed from their
@@ -64,8 +65,15 @@ def dataset_info(name):
         return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "test")
     if name == "cifar10_sample":
         return dataclasses.replace(_npz_info(name, SAMPLE_PATH), class_names=CIFAR10_CLASSES, eval_split="validation")
+    if Path(str(name)).expanduser().is_dir():
+        from keras_attnconv.training import image_folder
+
+        return image_folder.folder_info(name)
     if str(name).endswith(".npz"):
         return _npz_info(name, _existing_npz(name))
+    from keras_attnconv.training.image_folder import check_exists
+
+    check_exists(name)  # a path to nothing: FileNotFoundError
     raise ValueError(_unknown_dataset_message(name))
 
 
@@ -128,7 +136,8 @@ def pixel_statistics(info, normalization):
 
 def _unknown_dataset_message(name):
     return (f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
-            f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`. Received: name={name!r}")
+            f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`, or to a folder of JPEG/PNG images, one "
+            f"folder per class (DIR/<class>/ or DIR/train/<class>/ and DIR/test/<class>/). Received: name={name!r}")
 
 
 @contextlib.contextmanager
@@ -217,6 +226,10 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     info = dataset_info(name)
     if name in TFDS_DATASETS:
         images, labels = _tfds_arrays(_tfds_dataset(name, split, data_dir, download))
+    elif Path(str(name)).expanduser().is_dir():
+        from keras_attnconv.training.image_folder import folder_arrays
+
+        images, labels = folder_arrays(name, split)
     else:
         path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
         with _open_npz(name, path) as data:
@@ -286,7 +299,8 @@ def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augm
     Args:
         name: ``"cifar10"``, ``"cifar100"`` (tensorflow-datasets),
             ``"cifar10_sample"`` (real CIFAR-10 images shipped in the package:
-            2,500 train / 500 validation) or a path to a ``.npz`` file.
+            2,500 train / 500 validation), a path to a ``.npz`` file or to a
+            folder of images (`keras_attnconv.training.image_folder`).
         split: ``"train"``, ``"test"`` (tfds), ``"validation"`` (sample), ...
         batch_size: int, global batch size.
         data_dir: tfds data directory (default: tfds' own).
