@@ -108,11 +108,15 @@ def _export(args):
     if args.all and args.name is not None:
         raise ValueError(f"--all exports each configuration under its own name; --name names one export. "
                          f"Received: name={args.name!r}")
+    if args.allow_chance and args.source is None:
+        raise ValueError("--allow-chance exports a run or preset whose recorded accuracy is at chance; --model and "
+                         "--all export initial (untrained) weights, which their metadata says. Received: "
+                         "allow_chance=True")
     options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
                "jit_compile": args.jit_compile, "compute_dtype": args.compute_dtype}
     export_dir = none_word(args.export_dir)  # none: the format's default root
     if args.source is not None:
-        paths = [export_source(args.source, export_dir, **options)]
+        paths = [export_source(args.source, export_dir, allow_chance=args.allow_chance, **options)]
     else:
         names = paper_configurations() if args.all else [args.model]
         paths = [export_registered(name, export_dir, **options) for name in names]
@@ -366,6 +370,10 @@ def build_parser():
     exporting.add_argument("--export-dir", help="export root (default: saved_models, onnx_models or litert_models)")
     exporting.add_argument("--serve", action="store_true",
                            help="make models.config serve this version (default: the served version stays)")
+    exporting.add_argument("--allow-chance", action="store_true",
+                           help="export a run or preset whose recorded validation accuracy is at chance (1/classes "
+                                "within 2 standard errors: it learned nothing), which is refused otherwise; "
+                                "metadata.json records it")
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
     exporting.add_argument("--compute-dtype", default="float32",
                            help="float32 (default), or bfloat16 for a SavedModel whose matmuls run in bfloat16 behind "

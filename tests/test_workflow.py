@@ -81,3 +81,84 @@ def test_export_names_the_backend_it_needs(monkeypatch):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     with pytest.raises(RuntimeError, match="needs the TensorFlow backend; Keras runs on 'jax'"):
         export.export_registered("quadratic_tiny", "unused")
+
+
+def chance_preset(path, accuracy, examples, **metrics):
+    """A preset whose recorded metrics say `accuracy` on `examples` validation images (10 classes)."""
+    from keras_attnconv import build_model, save_to_preset
+
+    model = build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8)
+    recorded = {"epoch": 3, "eval_accuracy": accuracy, **({"eval_examples": examples} if examples else {}), **metrics}
+    return save_to_preset(model, path, metadata={"weights": "trained: the best epoch", "metrics": recorded})
+
+
+def metadata_of(version):
+    return json.loads((version / "assets.extra" / "metadata.json").read_text())
+
+
+def test_a_preset_at_chance_is_exported_only_when_asked_and_its_metadata_says_so(tmp_path, capsys):
+    from keras_attnconv.cli import main
+
+    preset, root = chance_preset(tmp_path / "preset", 0.1, 500), tmp_path / "saved"
+    assert main(["export", str(preset), "--export-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "learned nothing" in err and "--allow-chance" in err
+    assert r"accuracy 0.1000 on 500 images is at chance, 1/10 ± 2 s.e. = [0.0732, 0.1268]" in err
+    assert not root.exists()  # refused before any work
+    assert main(["export", str(preset), "--export-dir", str(root), "--allow-chance"]) == 0
+    metadata = metadata_of(root / "quadratic_tiny" / "1")
+    assert metadata["allow_chance"] is True and metadata["metrics"]["eval_accuracy"] == 0.1
+    at_chance = metadata["at_chance"]
+    assert (at_chance["eval_accuracy"], at_chance["eval_examples"], at_chance["classes"]) == (0.1, 500, 10)
+    assert at_chance["chance_interval"] == pytest.approx([0.0732, 0.1268], abs=1e-4)
+
+
+def test_a_preset_above_chance_or_with_too_few_images_to_tell_is_exported_without_the_flag(tmp_path):
+    root = tmp_path / "saved"
+    for name, accuracy, examples in (("learned", 0.3, 500), ("few", 0.1, 40), ("unrecorded", 0.1, None)):
+        path = workflow.export_source(chance_preset(tmp_path / name, accuracy, examples), root)
+        assert "at_chance" not in metadata_of(path) and "allow_chance" not in metadata_of(path)
+
+
+def test_a_run_that_recorded_its_images_only_in_metrics_json_is_checked_too(tmp_path):
+    # A run finished before presets recorded eval_examples: its metrics.json has them (the same split).
+    from keras_attnconv.training.callbacks import NothingLearnedError
+
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    chance_preset(run.preset_dir, 0.1, None, eval_split="validation")
+    metadata = json.loads((run.preset_dir / "metadata.json").read_text())
+    (run.preset_dir / "metadata.json").write_text(json.dumps({**metadata, "training_run": ".."}))
+    run.write_metrics({"eval_accuracy": 0.12, "eval_examples": 500})
+    with pytest.raises(NothingLearnedError, match=f"{run} holds a model that learned nothing.*--allow-chance"):
+        workflow.export_source(run.path, tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+
+
+def test_initial_weights_are_exported_as_such_and_the_chance_flag_is_for_a_run_or_preset(tmp_path, capsys):
+    from keras_attnconv.cli import main
+
+    root = tmp_path / "saved"
+    assert main(["export", "--model", "quadratic_tiny", "--export-dir", str(root), "--allow-chance"]) == 2
+    assert "--allow-chance exports a run or preset" in capsys.readouterr().err and not root.exists()
+    assert main(["export", "--model", "quadratic_tiny", "--export-dir", str(root)]) == 0
+    metadata = metadata_of(root / "quadratic_tiny" / "1")
+    assert metadata["weights"] == "initial (untrained): built by build_model, not trained"
+    assert "metrics" not in metadata and "allow_chance" not in metadata
+
+
+def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
+    # The official schedule holds the rate of each epoch's first step: with a warm-up longer than the run, its one
+    # epoch trains at 0, so the stop never judges it and its best model is the initial one, at chance.
+    from keras_attnconv.training.callbacks import NothingLearnedError
+    from keras_attnconv.training.recipe import load_recipe
+
+    run, root = tmp_path / "run", tmp_path / "saved"
+    config = load_recipe("quick", epochs=1, steps_per_epoch=2, schedule="official", warmup_ratio=0.9,
+                         jit_compile=False, run_dir=str(run), export_dir=str(root), verbose=0)
+    with pytest.raises(NothingLearnedError, match=f"attnconv export {run} --allow-chance"):
+        workflow.train_and_export(config)
+    assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
+    assert not root.exists()
+    path = workflow.export_source(run, root, allow_chance=True)
+    assert metadata_of(path)["at_chance"]["eval_examples"] == 500

@@ -1,8 +1,10 @@
-"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop; the learning rate
-in each epoch's logs."""
+"""Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop, the stop of a run
+that learned nothing (and its rule, `at_chance`, which the export applies too); the learning rate in each epoch's
+logs."""
 
 import json
 import math
+import numbers
 import os
 import shutil
 import zipfile
@@ -205,6 +207,118 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
                     f"The {what} became {value} during epoch {epoch + 1}; training stopped. The last backup and "
                     "the best checkpoint are kept. Train again with a lower --learning-rate (or check the data) "
                     f"in a new --run-dir: this run resumes only with its own settings. Received: {name}={value}")
+
+
+#: A finite training loss above this many times ln(classes), the cross-entropy of a model at chance, has exploded.
+EXPLODED_LOSS_FACTOR = 10
+
+
+def chance_interval(classes, examples):
+    """The accuracies of a model at chance on `examples` images of `classes` classes: 1/k ± 2 standard errors.
+
+    Returns:
+        ``(low, high)`` = ``1/k -+ 2 sqrt((1/k) (1 - 1/k) / n)``, or None where the `examples` cannot tell
+        chance apart from a model that learned something: where 2 s.e. exceeds ``1/(2k)`` (the interval would
+        reach 1.5 times chance), i.e. below ``16 (k - 1)`` images (144 for 10 classes, 1,584 for 100).
+    """
+    if classes < 2 or examples < 16 * (classes - 1):
+        return None
+    chance = 1.0 / classes
+    half_width = 2.0 * math.sqrt(chance * (1.0 - chance) / examples)
+    return chance - half_width, chance + half_width
+
+
+def at_chance(accuracy, classes, examples):
+    """The `chance_interval` if `accuracy` on `examples` images of `classes` classes lies in it, else None.
+
+    The one rule of "learned nothing", for the run's stop (`StopWhenNothingLearned`) and for the export of a
+    finished run or preset. None also where the images are too few to tell (`chance_interval`).
+    """
+    interval = chance_interval(classes, examples)
+    if interval is None or not math.isfinite(accuracy):
+        return None
+    return interval if interval[0] <= accuracy <= interval[1] else None
+
+
+def describe_chance(accuracy, classes, examples):
+    """``accuracy 0.1000 on 500 images is at chance, 1/10 ± 2 s.e. = [0.0732, 0.1268]`` (for messages)."""
+    low, high = chance_interval(classes, examples)
+    return (f"accuracy {accuracy:.4f} on {examples} images is at chance, 1/{classes} ± 2 s.e. = "
+            f"[{low:.4f}, {high:.4f}]")
+
+
+def exploded_loss_threshold(classes):
+    """The training loss above which a finite loss has exploded: `EXPLODED_LOSS_FACTOR` x ln(classes)."""
+    return EXPLODED_LOSS_FACTOR * math.log(classes)
+
+
+def first_epoch_after_warmup(warmup_steps, steps_per_epoch):
+    """The index of the first epoch whose end is past the warm-up's last step: ``warmup_steps // steps_per_epoch``.
+
+    The warm-up is steps ``0 .. warmup_steps - 1``; epoch ``e`` ends after step ``(e + 1) * steps_per_epoch - 1``.
+    No warm-up: 0, the first epoch. The paper's 300 epochs of 500 steps (official schedule: a warm-up of
+    7,515 steps): epoch index 15, the 16th epoch.
+    """
+    return warmup_steps // steps_per_epoch
+
+
+class NothingLearnedError(RuntimeError):
+    """After its warm-up, the model is at chance on the validation images, or its training loss exploded."""
+
+
+class StopWhenNothingLearned(keras.callbacks.Callback):
+    """Stops ``fit`` with `NothingLearnedError` at the end of an epoch after the warm-up where nothing was learned.
+
+    From the epoch `first_epoch` on (`first_epoch_after_warmup`: the first
+    whose end is past the warm-up), each epoch's end checks, in this order:
+
+    - the training loss (finite: NaN and infinities are `StopOnNonFiniteLoss`'s)
+      above ``EXPLODED_LOSS_FACTOR x ln(num_classes)`` (23.0 for 10 classes):
+      a model at chance has ``ln(num_classes)``, so such a loss exploded;
+    - the validation accuracy at chance (`at_chance`): within two standard
+      errors of ``1/num_classes`` on the `eval_examples` images, where they are
+      enough to tell (`chance_interval`: at least ``16 (num_classes - 1)``).
+
+    Like `StopOnNonFiniteLoss`, it raises before the epoch's end callbacks
+    that write: put it before them (after the NaN stop). The epoch that failed
+    is then neither a backup nor the best checkpoint; the earlier epochs'
+    records stay. The run never finishes, so it has no preset and is not exported.
+
+    Args:
+        num_classes: int >= 2, the classes of the model's output.
+        eval_examples: int, the validation images each epoch's accuracy is measured on.
+        first_epoch: int >= 0, the index of the first epoch checked.
+    """
+
+    def __init__(self, num_classes, eval_examples, first_epoch=0):
+        super().__init__()
+        for name, value, least in (("num_classes", num_classes, 2), ("eval_examples", eval_examples, 0),
+                                   ("first_epoch", first_epoch, 0)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"`{name}` must be an integer >= {least}. Received: {name}={value!r}")
+        self.num_classes = int(num_classes)
+        self.eval_examples = int(eval_examples)
+        self.first_epoch = int(first_epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if epoch < self.first_epoch:  # still warming up (or just done): the rate has not reached its peak
+            return
+        advice = ("The records of the earlier epochs are kept and nothing is exported. Train again in a new "
+                  "--run-dir with a longer warm-up (--warmup-ratio) or a lower --learning-rate.")
+        loss, threshold = float(logs.get("loss", math.nan)), exploded_loss_threshold(self.num_classes)
+        if math.isfinite(loss) and loss > threshold:
+            raise NothingLearnedError(
+                f"The training loss exploded to {loss:.4g} in epoch {epoch + 1}, after the warm-up (above "
+                f"{EXPLODED_LOSS_FACTOR} ln {self.num_classes} = {threshold:.4g}; a model at chance has "
+                f"ln {self.num_classes} = {math.log(self.num_classes):.4g}); training stopped. {advice} "
+                f"Received: loss={loss:.6g}")
+        accuracy = float(logs.get("val_accuracy", math.nan))
+        if at_chance(accuracy, self.num_classes, self.eval_examples):
+            raise NothingLearnedError(
+                f"The model learned nothing: in epoch {epoch + 1}, after the warm-up, its validation "
+                f"{describe_chance(accuracy, self.num_classes, self.eval_examples)}; training stopped. {advice} "
+                f"Received: val_accuracy={accuracy:.6g}")
 
 
 class BestCheckpoint(keras.callbacks.Callback):

@@ -30,8 +30,10 @@ from keras_attnconv.training.callbacks import (
     LearningRateLog,
     ResumableBackup,
     StopOnNonFiniteLoss,
+    StopWhenNothingLearned,
     csv_columns,
     csv_history,
+    first_epoch_after_warmup,
     rewind_csv,
 )
 from keras_attnconv.training.distribution import (
@@ -83,8 +85,11 @@ def train(config):
     schedule or strategy before anything is written; `RunInUseError` when
     another process trains in the same run directory; and
     `keras_attnconv.training.callbacks.NonFiniteLossError` when the training or
-    validation loss becomes NaN or infinite (the last backup and the best
-    checkpoint are kept). The
+    validation loss becomes NaN or infinite, and
+    `keras_attnconv.training.callbacks.NothingLearnedError` when, after the
+    warm-up, the validation accuracy is at chance or the training loss exploded
+    (`StopWhenNothingLearned`); either way the last backup and the best
+    checkpoint of the earlier epochs are kept, and the run has no preset. The
     precision is the model's own (``build_model(..., dtype=config.precision)``):
     Keras' global dtype policy is neither read nor changed.
     """
@@ -136,7 +141,8 @@ def _save_best_as_preset(config, plan, run):
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
     record = json.loads(run.best_record.read_text())
     metrics = {"epoch": record["epoch"], "eval_split": plan.eval_split, "eval_loss": float(loss),
-               "eval_accuracy": float(accuracy)}
+               "eval_accuracy": float(accuracy),
+               "eval_examples": len(plan.eval_batches.labels)}  # the export's check for chance needs it
     metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
                 "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run),
                 "training_run": run.path_from_preset()}
@@ -199,6 +205,8 @@ def _fit_in_scope(config, plan, run, resume_from):
         callbacks=[
             EpochSync(plan.train_batches),
             StopOnNonFiniteLoss(),  # before any callback that writes
+            StopWhenNothingLearned(plan.model_fields["num_classes"], len(plan.eval_batches.labels),
+                                   first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch)),
             BestCheckpoint(run.best_checkpoint),
             *_logging_callbacks(run),
             throughput,

@@ -8,15 +8,18 @@ after a crash during the export finishes the export instead of training a new ru
 
 import os
 import sys
+from pathlib import Path
 
 import keras
 
 from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.export.exporter import export_model, served_version
 from keras_attnconv.models.presets import from_preset, load_preset_metadata
+from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.run_directory import RunDirectory, preset_of
 from keras_attnconv.training.runs import finished_run
+from keras_attnconv.utils.checks import check_bool
 
 
 def unexported_run(config):
@@ -55,7 +58,9 @@ def export_run(config, run):
 def train_and_export(config):
     """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics.
 
-    An export root that could not be written is an error before the training, not after it.
+    An export root that could not be written is an error before the training, not after it. A run that learned
+    nothing is never exported: one stopped by `StopWhenNothingLearned` raises before the export, and a finished
+    run whose best model is at chance is refused by `export_source` (`NothingLearnedError` either way).
     """
     if config.export_dir and keras.backend.backend() == "tensorflow":
         ExportRoot(config.export_dir).check()
@@ -73,12 +78,61 @@ def train_and_export(config):
     return metrics
 
 
-def export_source(source, export_dir=None, **kwargs):
-    """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`."""
+def export_source(source, export_dir=None, *, allow_chance=False, **kwargs):
+    """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`.
+
+    A model whose recorded validation accuracy (the preset's ``metrics``) is at
+    chance (`callbacks.at_chance`: within 2 standard errors of 1/classes on its
+    ``eval_examples`` images) learned nothing, and is refused with
+    `NothingLearnedError` before any work, unless `allow_chance` is True; its
+    ``metadata.json`` then records ``"allow_chance": true`` and what was at
+    chance (``"at_chance"``). A preset that records no accuracy, or too few
+    images to tell (`callbacks.chance_interval`), is exported as it is.
+    """
+    check_bool("allow_chance", allow_chance)
     root = ExportRoot(export_dir, kwargs.get("format", "saved_model"))
     root.check()  # before loading
     preset = preset_of(source)
+    recorded = load_preset_metadata(preset)
+    chance = _recorded_chance(preset, recorded)
+    if chance is not None and not allow_chance:
+        raise NothingLearnedError(
+            f"{source} holds a model that learned nothing, which is not exported: its recorded validation "
+            f"{describe_chance(chance['eval_accuracy'], chance['classes'], chance['eval_examples'])}. Train again "
+            f"(longer, with a longer warm-up: --warmup-ratio, or a lower --learning-rate); to export it anyway: "
+            f"attnconv export {source} --allow-chance (allow_chance=True), which its metadata.json records. "
+            f"Received: source={str(source)!r}")
+    checked = {"allow_chance": True, **({"at_chance": chance} if chance else {})} if allow_chance else {}
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
-    metadata = {**load_preset_metadata(preset), "source": os.path.relpath(preset.resolve(), root.path.resolve()),
+    metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()), **checked,
                 **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
+
+
+def _recorded_chance(preset, metadata):
+    """What is at chance in a preset's recorded metrics (`at_chance`), as a dict for metadata.json, or None.
+
+    The accuracy is the preset's own (``metrics.eval_accuracy``: its weights'), the classes its class names,
+    the images ``metrics.eval_examples``, or, for a preset written before it recorded them, its training run's
+    ``metrics.json`` (the same evaluation split). None where any of them is missing.
+    """
+    def field(record, name, kind):
+        value = record.get(name) if isinstance(record, dict) else None
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    metrics, preprocessing = metadata.get("metrics"), metadata.get("preprocessing")
+    accuracy, examples = field(metrics, "eval_accuracy", (int, float)), field(metrics, "eval_examples", int)
+    class_names = field(preprocessing, "class_names", list)
+    if examples is None and isinstance(metadata.get("training_run"), str):
+        run = RunDirectory(Path(preset) / metadata["training_run"])
+        try:
+            examples = field(run.finished_metrics(), "eval_examples", int) if run.is_finished() else None
+        except (OSError, ValueError):  # an unreadable record of the run: nothing to tell from
+            examples = None
+    if accuracy is None or examples is None or class_names is None:
+        return None
+    interval = at_chance(float(accuracy), len(class_names), examples)
+    if interval is None:
+        return None
+    return {"eval_accuracy": float(accuracy), "eval_examples": examples, "classes": len(class_names),
+            "chance_interval": [interval[0], interval[1]]}
