@@ -297,14 +297,19 @@ def _compare(args):
 
 
 def _table1(args):
+    import json
+    from pathlib import Path
+
     from keras_attnconv.training.table1 import table1_markdown, table1_report
     from keras_attnconv.utils.files import check_writable
     from keras_attnconv.utils.reports import report_paths, write_report
 
     for path in report_paths(args.output):
         check_writable(path, "output", file=True)
+    earlier = json.loads(Path(report_paths(args.output)[0]).read_text()) if args.update else None
     report = table1_report(args.runs, data_name=args.data_name, data_file=args.data_file, commit=args.commit,
-                           libraries=args.libraries, device=args.device, command=args.command_line)
+                           libraries=args.libraries, device=args.device, command=args.command_line,
+                           earlier=earlier)
     markdown = table1_markdown(report)
     write_report(args.output, report, markdown)
     print(markdown)
@@ -445,9 +450,12 @@ def build_parser():
     tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
     tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
     tabulating.add_argument("--commit", required=True, help="the package's commit the runs trained with")
-    tabulating.add_argument("--libraries", required=True, help='the versions they trained with, e.g. "jax 0.11.2"')
+    tabulating.add_argument("--libraries", help='the versions, for runs that did not record them: "jax 0.11.2"')
     tabulating.add_argument("--device", help="the device, for runs that did not record it")
     tabulating.add_argument("--output", default="table1.json", help="JSON output (a .md table is written beside)")
+    tabulating.add_argument("--update", action="store_true",
+                            help="keep the runs of the output's earlier results unless these runs replace their "
+                                 "recipes (the runs of several sessions in one table)")
     tabulating.set_defaults(handler=_table1)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")

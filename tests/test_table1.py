@@ -37,8 +37,7 @@ def test_a_finished_run_is_its_models_row_with_the_standard_error_of_its_accurac
     report = table1_report([finished_run], data_file=small_npz, device="a CPU", **REPORT)
     metrics = json.loads((finished_run / "metrics.json").read_text())
     (run,) = report["runs"]
-    assert (run["recipe"], run["model"], run["device"], run["finished"]) == ("quadratic_small", "quadratic",
-                                                                             "a CPU", True)
+    assert (run["recipe"], run["model"], run["finished"]) == ("quadratic_small", "quadratic", True)
     accuracy, examples = metrics["eval_accuracy"], metrics["eval_examples"]
     assert (run["test_accuracy"], run["test_examples"]) == (accuracy, examples)
     assert run["standard_error"] == pytest.approx(math.sqrt(accuracy * (1 - accuracy) / examples))
@@ -76,9 +75,22 @@ def test_two_finished_runs_of_one_model_are_refused(finished_run, small_npz, tmp
         table1_report([finished_run, copy], data_file=small_npz, device="a CPU", **REPORT)
 
 
-def test_a_run_that_does_not_record_its_device_needs_it_named(finished_run, small_npz):
+def test_a_run_records_its_device_and_libraries_for_the_results(finished_run, small_npz):
+    (run,) = table1_report([finished_run], data_file=small_npz, **REPORT)["runs"]
+    machine = json.loads((finished_run / "metrics.json").read_text())["machine"]
+    assert run["device"] == machine["device"] and f"keras {machine['keras']}" in run["libraries"]
+
+
+def test_a_run_that_does_not_record_its_device_needs_it_named(finished_run, small_npz, tmp_path):
+    older = tmp_path / "older"  # a run from before runs recorded their machine
+    shutil.copytree(finished_run, older)
+    metrics = json.loads((older / "metrics.json").read_text())
+    del metrics["machine"]
+    (older / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(ValueError, match="does not record its device"):
-        table1_report([finished_run], data_file=small_npz, **REPORT)
+        table1_report([older], data_file=small_npz, **REPORT)
+    (run,) = table1_report([older], data_file=small_npz, device="a CPU", **REPORT)["runs"]
+    assert (run["device"], run["libraries"]) == ("a CPU", "keras 3")
 
 
 def test_a_folder_that_is_no_run_is_named(tmp_path, small_npz):
@@ -93,5 +105,34 @@ def test_the_command_writes_the_results_file_and_its_table(finished_run, small_n
                  "--commit", "abc1234", "--libraries", "keras 3", "--device", "a CPU", "--output", str(output)])
     assert code == 0
     results = json.loads(output.read_text())
-    assert results["command"].startswith("attnconv table1 ") and "'the small sample'" in results["command"]
+    (command,) = results["commands"]
+    assert command.startswith("attnconv table1 ") and "'the small sample'" in command
     assert TABLE1_HEADER in output.with_suffix(".md").read_text()
+
+
+def test_update_keeps_the_earlier_sessions_runs_unless_a_run_of_their_recipe_replaces_them(finished_run, small_npz,
+                                                                                           tmp_path):
+    output = tmp_path / "table1-cpu.json"
+    common = ["--data-name", "the small sample", "--data-file", small_npz, "--commit", "abc1234", "--output",
+              str(output)]
+    assert main(["table1", str(finished_run), *common]) == 0
+    other = stopped_copy(finished_run, tmp_path / "other")  # another recipe, trained in a later session
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "name": "other"}))
+    # A stopped run never wrote its metrics, nor the device they record.
+    assert main(["table1", str(other), *common, "--commit", "def5678", "--device", "a CPU", "--update"]) == 0
+    results = json.loads(output.read_text())
+    assert [(r["recipe"], r["finished"], r["commit"]) for r in results["runs"]] == [
+        ("quadratic_small", True, "abc1234"), ("other", False, "def5678")]
+    assert len(results["commands"]) == 2 and "quadratic" not in results["not_measured"]
+    again = stopped_copy(finished_run, tmp_path / "again")  # the same recipe again: it replaces the earlier run
+    assert main(["table1", str(again), *common, "--device", "a CPU", "--update"]) == 0
+    assert [r["recipe"] for r in json.loads(output.read_text())["runs"]] == ["other", "quadratic_small"]
+
+
+def test_update_refuses_results_measured_on_other_data(finished_run, small_npz, tmp_path):
+    earlier = table1_report([finished_run], data_file=small_npz, **REPORT)
+    other_data = tmp_path / "other.npz"
+    other_data.write_bytes(b"other data")
+    with pytest.raises(ValueError, match="measured on other data"):
+        table1_report([finished_run], data_file=other_data, earlier=earlier, **REPORT)

@@ -23,6 +23,8 @@ from keras_attnconv.utils.checks import check_path
 TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
 #: Fields of a run's config that say where it ran, not what it trained.
 _PLACES = ("runs_dir", "run_dir", "export_dir", "data_dir", "verbose", "dataset")
+#: The versions a run records (`keras_attnconv.utils.reports.device_description`) that the results name.
+_LIBRARIES = ("keras", "jax", "tensorflow", "numpy")
 
 
 def file_digest(path):
@@ -55,13 +57,15 @@ def run_record(path, device=None):
     config = run.read_config()
     metrics = json.loads(run.metrics_file.read_text()) if run.metrics_file.exists() else None
     history = metrics["history"] if metrics else csv_history(run.history)
-    recorded_device = (metrics or {}).get("machine", {}).get("device")
-    if not (recorded_device or device):
-        raise ValueError(f"{run} does not record its device: name it. Received: device={device!r}")
+    machine = (metrics or {}).get("machine", {})
+    if not (machine.get("device") or device):
+        raise ValueError(f"{run} does not record its device (a run stopped early, or trained before runs "
+                         f"recorded it): name it. Received: device={device!r}")
     record = {
         "recipe": config["name"],
         "model": config["model"],
-        "device": recorded_device or device,
+        "device": machine.get("device") or device,
+        "libraries": ", ".join(f"{name} {machine[name]}" for name in _LIBRARIES if name in machine) or None,
         "settings": {k: v for k, v in sorted(config.items()) if k not in _PLACES},
         "epochs": config["epochs"],
         "epochs_completed": len(history.get("val_accuracy", [])),
@@ -82,7 +86,7 @@ def run_record(path, device=None):
     return record
 
 
-def table1_report(runs, *, data_name, data_file, commit, libraries, device=None, command=None):
+def table1_report(runs, *, data_name, data_file, commit, libraries=None, device=None, command=None, earlier=None):
     """The Table 1 results of `runs` (run directories), as ``attnconv table1`` writes them.
 
     Args:
@@ -91,21 +95,32 @@ def table1_report(runs, *, data_name, data_file, commit, libraries, device=None,
         data_name: what the data is ("CIFAR-10 (JPEG copy)").
         data_file: the file the data came from, whose digest is recorded.
         commit: the package's commit the runs trained with.
-        libraries: the libraries' versions ("jax 0.11.2, keras 3.15.1").
+        libraries: the libraries' versions ("jax 0.11.2, keras 3.15.1"), for runs that did not record them.
         device: the device, for runs that did not record it.
         command: the command line that made the report.
+        earlier: a report made before (the results file, read), whose runs
+            stay unless a run of the same recipe replaces them: the runs of
+            several sessions, each on its own GPU lease, make one table. Its
+            data must be the same.
     """
-    records = [run_record(path, device) for path in runs]
+    digest = file_digest(data_file)
+    records = [{**run_record(path, device), "commit": commit} for path in runs]
+    for record in records:
+        record["libraries"] = record["libraries"] or libraries
+    if earlier is not None:
+        if earlier["data"]["digest"] != digest:
+            raise ValueError(f"The earlier results were measured on other data ({earlier['data']['digest']}): "
+                             f"they cannot share a table. Received: data_file={str(data_file)!r} ({digest})")
+        replaced = {r["recipe"] for r in records}
+        records = [r for r in earlier["runs"] if r["recipe"] not in replaced] + records
     finished = [r for r in records if r["finished"]]
     doubled = sorted({r["model"] for r in finished if sum(o["model"] == r["model"] for o in finished) > 1})
     if doubled:
         raise ValueError(f"Two finished runs train {', '.join(doubled)}: which one is its row is unclear. "
                          f"Received: runs={[str(path) for path in runs]}")
     return {
-        "command": command,
-        "commit": commit,
-        "libraries": libraries,
-        "data": {"name": data_name, "file": Path(data_file).name, "digest": file_digest(data_file)},
+        "commands": [*(earlier or {}).get("commands", []), command],
+        "data": {"name": data_name, "file": Path(data_file).name, "digest": digest},
         "runs": records,
         "not_measured": [m for m in TABLE1_MODELS if m not in {r["model"] for r in finished}],
     }
@@ -138,16 +153,17 @@ TABLE1_HEADER = ("| model | Table 1 (300 epochs) | this package (test, ± s.e.) 
 
 def table1_markdown(report):
     """The report as markdown: Table 1 beside the paper, then the stopped runs' first epochs."""
-    devices = sorted({r["device"] for r in report["runs"]})
+    made = "; then ".join(f"`{command}`" for command in report["commands"])
     lines = [f"# Table 1 on {report['data']['name']}", "",
-             f"Made by `{report['command']}`; package commit {report['commit']}; {report['libraries']}; "
-             f"{', '.join(devices)}; data `{report['data']['file']}` ({report['data']['digest']}).", "",
+             f"Made by {made}; data `{report['data']['file']}` ({report['data']['digest']}).", "",
              TABLE1_HEADER, "|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in table1_rows(report)]
     examples = sorted({f"{r['test_examples']:,}" for r in report["runs"] if r["finished"]})
     lines += ["", f"Test accuracy: the last epoch's weights on the {' or '.join(examples) or 'held-out'} test images; "
               "points: this package's minus the paper's; minutes: the training command's fit and evaluations, "
-              "compilation included."]
+              "compilation included.", "", "Each run, where it ran:", ""]
+    lines += [f"- `{r['recipe']}`: package commit {r['commit']}, {r['device']}, "
+              f"{r['libraries'] or 'libraries not recorded'}" for r in report["runs"]]
     stopped = [r for r in report["runs"] if not r["finished"]]
     if stopped:
         lines += ["", "Stopped runs (the first epochs of their schedule), test accuracy after each 5th epoch:", ""]
