@@ -204,6 +204,10 @@ class ImageClassifier(keras.Model):
                              f"{size}, 3); stack a list of images first (np.stack). "
                              f"Received: images={_describe(inputs)}")
         (images,) = flat
+        if images.shape[-1] is not None and images.shape[-1] != 3:  # a grayscale batch would be broadcast
+            raise ValueError(f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, "
+                             f"{self.config.image_size}, {self.config.image_size}, 3). Received: images of shape "
+                             f"{tuple(images.shape)}, {images.shape[-1]} channels")
         dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
         if dtype != "uint8":
             raise ValueError(f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "

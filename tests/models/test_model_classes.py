@@ -96,6 +96,17 @@ def test_images_other_than_uint8_pixels_are_refused(images):
         model.fit(images, np.zeros(1), verbose=0)
 
 
+@pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
+@pytest.mark.parametrize("channels", [1, 4])
+def test_images_of_another_channel_count_are_refused_naming_both(name, channels):
+    # A grayscale batch used to be broadcast over the 3 channels and classified, silently.
+    model = build_model(name, **(SMALL if name == "quadratic_tiny" else {"image_size": 8}))
+    with pytest.raises(ValueError, match=f"takes RGB images, 3 channels.*Received: .*{channels} channels"):
+        model(np.zeros((2, 8, 8, channels), np.uint8))
+    with pytest.raises(ValueError, match=f"{channels} channels"):
+        model.predict(np.zeros((2, 8, 8, channels), np.uint8), verbose=0)
+
+
 def test_class_names_default_to_cifar10s_or_the_indices():
     assert build_model("resnet_tiny", image_size=8).class_names[:2] == ("airplane", "automobile")
     assert build_model("resnet_tiny", image_size=8, num_classes=3).class_names == ("0", "1", "2")
