@@ -78,10 +78,22 @@ def _train(args):
     from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)
-    summary = {k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
-                                           "train_images_per_second", "optimizer_steps", "replicas", "export")}
+    summary = {"published": _published(metrics),
+               **{k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
+                                              "train_images_per_second", "optimizer_steps", "replicas", "export")}}
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _published(metrics):
+    """Which weights the run's preset (and its export) hold, with their accuracy: the best epoch's, not the last's."""
+    from keras_attnconv.models.presets import load_preset_metadata
+
+    if not metrics.get("preset"):
+        return None
+    metadata = load_preset_metadata(metrics["preset"])
+    return {"weights": metadata["weights"], "eval_accuracy": metadata["metrics"]["eval_accuracy"],
+            "preset": metrics["preset"]}
 
 
 def _join_processes(strategy, processes):

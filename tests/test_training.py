@@ -84,6 +84,24 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     assert metadata["training_run"] == ".."  # the run, seen from its preset: never a path of this machine
 
 
+def test_the_end_of_run_summary_says_which_weights_were_published_with_their_accuracy(small_npz, tmp_path,
+                                                                                        capsys):
+    from keras_attnconv.cli import main
+    from keras_attnconv.models.presets import load_preset_metadata
+
+    code = main(["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 16}",
+                 "--dataset", small_npz, "--epochs", "2", "--batch-size", "20", "--jit-compile", "false",
+                 "--run-dir", str(tmp_path / "run"), "--export-dir", "none"])
+    assert code == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.rindex("\n{") + 1:])
+    metadata = load_preset_metadata(tmp_path / "run" / "preset")
+    published = summary["published"]
+    assert list(summary)[0] == "published"  # it leads: the last epoch's eval_accuracy may be another epoch's
+    assert published["weights"] == metadata["weights"] and "best epoch" in published["weights"]
+    assert published["eval_accuracy"] == metadata["metrics"]["eval_accuracy"]
+
+
 def test_finished_runs_are_not_overwritten(small_npz, tmp_path):
     config = small_config(small_npz, None, runs_dir=str(tmp_path), epochs=1)
     first, second = train(config), train(config)
