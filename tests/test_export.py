@@ -432,7 +432,8 @@ def test_staging_left_by_dead_exports_is_removed_and_live_ones_kept(tmp_path):
         f".tmp-0a1b2c3d-{host}-{os.getpid()}": (2 * day, False),  # live: kept whatever its age
         f".tmp-0a1b2c3d-elsewhere-{dead.pid}": (0, False),  # another host: its pid means nothing here
         f".tmp-0a1b2c3d-elsewhere-{os.getpid()}": (2 * day, True),  # ... but it is a day old
-        ".tmp-1-999": (2 * day, True),  # the former naming, a day old
+        ".tmp-1-999": (2 * day, False),  # no random part: not a name only the package makes, however old
+        ".tmp-my-notes": (2 * day, False),  # the user's
     }
     for name, (age, _) in stagings.items():
         (tmp_path / "tiny" / name).mkdir(parents=True)

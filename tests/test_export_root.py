@@ -4,6 +4,8 @@ stays as it was) and replaced atomically; a kill at any moment of a publication 
 works in."""
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +215,33 @@ def test_serving_a_misspelled_model_suggests_the_closest_one(tmp_path, capsys):
     export.export_model(tiny_model("quadratic_tiny"), tmp_path, warmup=False)
     assert cli.main(["serve", "quadratic_tyni", "1", "--export-dir", str(tmp_path)]) == 2
     assert "holds no SavedModel to serve. Did you mean 'quadratic_tiny'?" in capsys.readouterr().err
+
+
+def a_finished_run(path):
+    """A finished run of the package, as `attnconv train` leaves it: its mark, its best model as a preset, metrics."""
+    RunDirectory(path).claim()
+    a_preset(path / "preset")
+    (path / "metrics.json").write_text("{}")
+    return path
+
+
+def days_old(path, days):
+    os.utime(path, (time.time() - days * 24 * 3600,) * 2, follow_symlinks=False)
+    return path
+
+
+def test_a_users_hidden_files_in_a_tf_serving_root_are_never_taken_for_a_killed_writers_whatever_their_age(
+        tmp_path, capsys):
+    # The cleanup of killed exports recognises its staging by the name only the package makes (a random part,
+    # the host and a pid); a name it cannot parse is the user's, however old.
+    tfs = tmp_path / "tfs"
+    (tfs / "quadratic_tiny" / "1").mkdir(parents=True)
+    (tfs / "quadratic_tiny" / "1" / "saved_model.pb").write_bytes(b"their model")
+    mine = [tfs / "quadratic_tiny" / ".tmp-my-notes", tfs / ".models.config.tmp-backup"]
+    for path in mine:
+        path.write_text("mine")
+        days_old(path, 3)
+    assert cli.main(["export", str(a_finished_run(tmp_path / "run")), "--export-dir", str(tfs)]) == 0, \
+        capsys.readouterr().err
+    assert (tfs / "quadratic_tiny" / "2" / "saved_model.pb").exists()
+    assert [path.read_text() for path in mine] == ["mine", "mine"]

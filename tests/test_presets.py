@@ -36,6 +36,19 @@ def outputs(model, x):
     return keras.ops.convert_to_numpy(model(x))
 
 
+def test_a_users_hidden_file_beside_a_preset_is_never_taken_for_a_killed_saves_staging(tmp_path):
+    # Only names the package makes for its staging (a random part, the host, a pid) are cleaned up; the
+    # user's file under a look-alike name stays, however old.
+    home = tmp_path / "home"
+    home.mkdir()
+    notes = home / ".p.tmp-old-notes"
+    notes.write_text("mine")
+    os.utime(notes, (time.time() - 3 * 24 * 3600,) * 2)
+    save_to_preset(small_model(), home / "p")
+    assert notes.read_text() == "mine"
+    assert sorted(p.name for p in home.iterdir()) == [".p.tmp-old-notes", "p"]
+
+
 def test_a_preset_reloads_as_the_same_class_config_and_weights(tmp_path):
     model = small_model()
     path = save_to_preset(model, tmp_path / "preset", metadata={"metrics": {"eval_accuracy": 0.5}})

@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -148,10 +149,27 @@ train(TrainConfig(**{config!r}))
 """
 
 
+#: Kills the process just before `name` is renamed into place (its whole temporary written).
+DIE_BEFORE_RENAMING = """
+import os
+real_replace = os.replace
+def replace(source, target):
+    if os.path.basename(target) == {name!r}:
+        die()
+    real_replace(source, target)
+os.replace = replace
+"""
+
+
+def temporaries(path):
+    return sorted(entry.name for entry in Path(path).iterdir() if ".tmp-" in entry.name)
+
+
 @pytest.mark.parametrize("kill", [
     "die_after(run_directory, 'write_mark')",  # marked, nothing else written
     "die_after(run_directory.RunDirectory, 'write_config')",  # its config written, no epoch
     "die_before(run_directory.RunDirectory, 'write_metrics')",  # trained and preset, not finished
+    DIE_BEFORE_RENAMING.format(name="metrics.json"),  # finished but for the rename: its temporary left
 ])
 def test_a_kill_at_any_step_of_a_runs_creation_or_completion_is_carried_on_by_the_same_command(small_npz, tmp_path,
                                                                                                 kill):
@@ -162,6 +180,26 @@ def test_a_kill_at_any_step_of_a_runs_creation_or_completion_is_carried_on_by_th
     metrics = train(config)
     assert run.is_finished() and len(metrics["history"]["loss"]) == 1
     assert json.loads(run.config_file.read_text())["epochs"] == 1
+    assert temporaries(run.path) == []  # what the killed writer left is gone
+
+
+def test_the_temporaries_of_killed_writers_are_removed_by_the_next_write_and_nothing_else(tmp_path):
+    # A kill just before export.json is renamed into place leaves its temporary; the next write of export.json
+    # removes it, recognised by the name only the package makes and a pid that is no longer alive. A live
+    # writer's temporary, a user's look-alike and a name without the random part stay.
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    run_until_killed(DIE_BEFORE_RENAMING.format(name="export.json") + "from keras_attnconv.training import "
+                     f"RunDirectory\nRunDirectory({str(run.path)!r}).record_export('saved_models/quadratic_tiny/1')")
+    killed = temporaries(run.path)
+    assert len(killed) == 1 and re.fullmatch(r"\.export\.json\.tmp-[0-9a-f]{8}-.+-\d+\.json", killed[0])
+    live = f".export.json.tmp-0a1b2c3d-{socket.gethostname()}-{os.getpid()}.json"
+    kept = [live, ".export.json.tmp-my-copy.json", f".export.json.tmp-{int(killed[0].rsplit('-', 1)[1][:-5])}.json"]
+    for name in kept:
+        (run.path / name).write_text("kept")
+    run.record_export("saved_models/quadratic_tiny/2")
+    assert temporaries(run.path) == sorted(kept)
+    assert json.loads(run.export_record.read_text()) == {"export": "saved_models/quadratic_tiny/2"}
 
 
 def test_none_on_the_command_line_means_none(small_npz, tmp_path, monkeypatch, capsys):

@@ -271,9 +271,7 @@ class ExportRoot:
                 raise FileNotFoundError(f"{self.path / name / str(version)} holds no SavedModel to serve.{hint} "
                                         f"Received: name={name!r}, version={version!r}")
         path = self.models_config
-        with file_lock(self.path / self.LOCK):
-            for leftover in self.path.glob(f".{MODELS_CONFIG}.tmp-*"):  # every writer holds the lock: theirs are dead
-                leftover.unlink(missing_ok=True)
+        with file_lock(self.path / self.LOCK):  # write_atomically removes killed writers' temporaries, by name
             config = self.read_models_config()
             entries = {entry.name: entry for entry in config.model_config_list.config}
             for model_name in self.model_names():

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from keras_attnconv.utils.checks import check_path
+from keras_attnconv.utils.staging import dead_writers_temporaries, remove, temporary_name
 
 
 def read_json(path):
@@ -34,10 +35,18 @@ def read_json_object(path, context):
 
 
 def write_atomically(path, write):
-    """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file."""
+    """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file.
+
+    The temporary is hidden beside `path` under a name only the package makes
+    (`staging.temporary_name`); those that killed writers of `path` left are
+    removed first, so a kill before the rename leaves nothing for good.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    prefix = f"{path.name}."
+    for leftover in dead_writers_temporaries(path.parent, prefix, path.suffix):
+        remove(leftover)
+    tmp = path.parent / temporary_name(prefix, path.suffix)
     try:
         write(tmp)
         os.replace(tmp, path)

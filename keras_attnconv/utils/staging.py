@@ -1,8 +1,10 @@
-"""Hidden staging directories: a directory is written under one and renamed into place when complete.
+"""Hidden temporaries: a file or directory is written under a hidden name and renamed into place when complete.
 
-A staging directory is named ``.<prefix>tmp-<random>-<host>-<pid>``: unique per
-writer, and traceable to its process, so that the next writer removes those of
-writers that were killed, and never a live writer's.
+A temporary is named ``.<prefix>tmp-<random>-<host>-<pid><suffix>`` (`temporary_name`):
+unique per writer, a name only the package makes, and traceable to its
+process, so that the next writer removes those of writers that were killed,
+and never a live writer's. A name that does not fully match is not the
+package's (a user's ``.tmp-notes``) and is never removed, however old.
 """
 
 import ctypes
@@ -16,17 +18,34 @@ import socket
 import time
 from pathlib import Path
 
-# Staging directories whose owner cannot be checked (another host, another naming) are
-# removed only after this long: no export or preset takes a day.
+# A temporary of another host (shared storage), or of a system without a pid check, is removed only after this
+# long, and only when its whole name is the package's: no export, preset or file write takes a day.
 STALE_STAGING_SECONDS = 24 * 3600
-STAGING_NAME = re.compile(r"\.(?P<prefix>.*)tmp-[0-9a-f]+-(?P<host>.+)-(?P<pid>\d+)")
+
+
+def temporary_name(prefix="", suffix=""):
+    """A fresh hidden name for a temporary of this process: ``.<prefix>tmp-<random>-<host>-<pid><suffix>``.
+
+    `suffix` ends the name where a writer needs it (``.keras``, ``.npz``: the
+    file type some writers infer from the name).
+    """
+    return f".{prefix}tmp-{secrets.token_hex(4)}-{socket.gethostname()}-{os.getpid()}{suffix}"
+
+
+def _temporary_pattern(prefix, suffix):
+    return re.compile(rf"\.{re.escape(prefix)}tmp-[0-9a-f]{{8}}-(?P<host>.+)-(?P<pid>\d+){re.escape(suffix)}")
+
+
+def is_temporary(name, prefix="", suffix=""):
+    """Whether `name` is one `temporary_name(prefix, suffix)` makes (of any writer, live or dead)."""
+    return _temporary_pattern(prefix, suffix).fullmatch(name) is not None
 
 
 def new_staging(parent, prefix=""):
     """A fresh, empty staging directory in `parent` (created if needed)."""
     parent = Path(parent)
     parent.mkdir(parents=True, exist_ok=True)
-    staging = parent / f".{prefix}tmp-{secrets.token_hex(4)}-{socket.gethostname()}-{os.getpid()}"
+    staging = parent / temporary_name(prefix)
     staging.mkdir()
     return staging
 
@@ -41,23 +60,37 @@ def _pid_alive(pid):
     return True
 
 
-def remove_stale_staging(parent, prefix=""):
-    """Removes the staging directories with `prefix` in `parent` whose writer was killed; never a live writer's."""
-    for staging in Path(parent).glob(f".{glob.escape(prefix)}tmp-*"):
-        match = STAGING_NAME.fullmatch(staging.name)
-        if match and match["prefix"] != prefix:
+def dead_writers_temporaries(parent, prefix="", suffix=""):
+    """The temporaries named by `temporary_name(prefix, suffix)` in `parent` whose writer was killed, sorted.
+
+    Recognised by their whole name, never by age alone: a writer of this host
+    is dead when its pid is; one of another host (whose pids mean nothing
+    here) after `STALE_STAGING_SECONDS`. Any other name is left.
+    """
+    pattern = _temporary_pattern(prefix, suffix)
+    dead = []
+    for entry in sorted(Path(parent).glob(f".{glob.escape(prefix)}tmp-*")):
+        match = pattern.fullmatch(entry.name)
+        if match is None:  # not a name the package makes: the user's
             continue
         try:
             # A pid only identifies a process on this host (the directory may be shared
             # storage), and os.kill(pid, 0) would terminate it on Windows.
-            if match and match["host"] == socket.gethostname() and os.name == "posix":
+            if match["host"] == socket.gethostname() and os.name == "posix":
                 stale = not _pid_alive(int(match["pid"]))
             else:
-                stale = time.time() - staging.stat().st_mtime > STALE_STAGING_SECONDS
+                stale = time.time() - entry.lstat().st_mtime > STALE_STAGING_SECONDS
         except FileNotFoundError:  # removed meanwhile by another writer
             continue
         if stale:
-            remove(staging)
+            dead.append(entry)
+    return dead
+
+
+def remove_stale_staging(parent, prefix=""):
+    """Removes the staging directories with `prefix` in `parent` whose writer was killed; never a live writer's."""
+    for staging in dead_writers_temporaries(parent, prefix):
+        remove(staging)
 
 
 def remove(path):
