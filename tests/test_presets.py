@@ -16,7 +16,7 @@ from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, from_preset, save_to_preset
 from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError
-from keras_attnconv.models.presets import load_preset_metadata
+from keras_attnconv.models.presets import load_preset_metadata, model_metadata
 from keras_attnconv.training.run_directory import RunDirectory
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
@@ -34,6 +34,26 @@ def images(count=4, size=8):
 
 def outputs(model, x):
     return keras.ops.convert_to_numpy(model(x))
+
+
+@pytest.mark.parametrize("field, value", [("model", "resnet18"), ("class", "keras_attnconv>ResNet"),
+                                          ("parameter_count", 7), ("preprocessing", {"input": None})])
+def test_metadata_that_contradicts_the_model_is_refused_on_save_and_nothing_written(tmp_path, field, value):
+    model = small_model()
+    said = repr(value)
+    with pytest.raises(ValueError) as raised:
+        save_to_preset(model, tmp_path / "p", metadata={field: value, "recipe": {"epochs": 3}})
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1 and message.endswith(f"Received: metadata[{field!r}]={said}")
+    assert f"{field}={said}" in message and f"{field}={model_metadata(model)[field]!r}" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_metadata_that_repeats_what_the_model_says_is_saved(tmp_path):
+    model = small_model()
+    repeated = {field: model_metadata(model)[field] for field in ("model", "class", "parameter_count")}
+    path = save_to_preset(model, tmp_path / "p", metadata={**repeated, "preprocessing": model.preprocessing})
+    assert from_preset(path).name == "quadratic_tiny"
 
 
 def test_a_users_hidden_file_beside_a_preset_is_never_taken_for_a_killed_saves_staging(tmp_path):

@@ -76,7 +76,10 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
         preset_dir: the directory to write; its parent is created if needed.
             It must be absent, empty, or (with `overwrite`) a preset.
         metadata: JSON-serializable fields added to ``metadata.json`` (e.g.
-            ``{"metrics": {...}, "recipe": {...}}``).
+            ``{"metrics": {...}, "recipe": {...}}``). A field that describes
+            the model (`DESCRIBING_FIELDS`) must say what the model is: a
+            contradiction is a ValueError naming the field and both values,
+            before anything is written (`from_preset` would refuse the preset).
         overwrite: bool, replace the preset at `preset_dir`. Otherwise an
             existing preset is a FileExistsError; any other non-empty
             directory is a `ForeignDirectoryError` either way. Both are raised
@@ -101,6 +104,11 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
         raise exists
     record = {**model_metadata(model), **(metadata or {})}
     json.dumps(record, allow_nan=False)  # not JSON (a type, a NaN): an error before anything is written
+    contradiction = _contradiction(model, metadata or {})
+    if contradiction:  # from_preset would refuse the preset: it must not be written
+        field, said, built = contradiction
+        raise ValueError(f"`metadata` says {field}={said!r} where the model has {field}={built!r}: a preset's "
+                         f"metadata describes its model. Received: metadata[{field!r}]={said!r}")
     # HDF5 crashes the process after a write that fails on a full disk: check the room first.
     check_free_space(preset_dir.parent, sum(w.nbytes for w in model.get_weights()), f"the preset {preset_dir.name}")
     prefix = f"{preset_dir.name}."
@@ -192,14 +200,29 @@ def _check_preset(preset):
                                 f"Received: preset={str(preset)!r}")
 
 
+#: What a preset's metadata says of its model, which must be what its config builds.
+DESCRIBING_FIELDS = ("model", "class", "parameter_count", "preprocessing")
+
+
+def _contradiction(model, metadata):
+    """``(field, said, built)`` for the first of `DESCRIBING_FIELDS` that `metadata` gives otherwise than `model`.
+
+    None where they agree; a field `metadata` lacks agrees (an earlier preset may lack one).
+    """
+    built = json.loads(json.dumps(model_metadata(model)))  # as JSON holds it: lists, not tuples
+    for field in DESCRIBING_FIELDS:
+        if field in metadata and json.loads(json.dumps(metadata[field])) != built[field]:
+            return field, metadata[field], built[field]
+    return None
+
+
 def _check_metadata(model, metadata, preset):
     """Raises ValueError unless what ``metadata.json`` says of the model is what ``config.json`` builds."""
-    built = json.loads(json.dumps(model_metadata(model)))  # as JSON holds it: lists, not tuples
-    for field in ("model", "class", "parameter_count", "preprocessing"):
-        if field in metadata and metadata[field] != built[field]:  # an earlier preset may lack a field
-            raise ValueError(f"The preset {str(preset)!r} disagrees with itself: metadata.json says {field}="
-                             f"{metadata[field]!r} where config.json builds {field}={built[field]!r}. "
-                             f"Received: preset={str(preset)!r}")
+    contradiction = _contradiction(model, metadata)
+    if contradiction:
+        field, said, built = contradiction
+        raise ValueError(f"The preset {str(preset)!r} disagrees with itself: metadata.json says {field}={said!r} "
+                         f"where config.json builds {field}={built!r}. Received: preset={str(preset)!r}")
 
 
 def _check_weights(model, path, preset):
