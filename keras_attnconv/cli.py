@@ -67,10 +67,11 @@ def _train(args):
                  for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
     if not sys.stdout.isatty():
         overrides.setdefault("verbose", 2)  # a log file gets one line per epoch, not progress-bar redraws
-    if args.recipe:
+    if args.recipe is not None:  # --recipe '' is a bad name, not the absence of a recipe
         config = load_recipe(args.recipe, **overrides)
     else:
-        config = TrainConfig.from_dict({"name": overrides.get("model", "quadratic"), **overrides},
+        model = overrides.get("model", "quadratic")  # a bad one (--model null) is named by the model's own check
+        config = TrainConfig.from_dict({"name": model if isinstance(model, str) else "quadratic", **overrides},
                                        source="command-line")
     processes = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
     if config.strategy == "data_parallel" or any(value is not None for value in processes.values()):
@@ -89,7 +90,7 @@ def _published(metrics):
     """Which weights the run's preset (and its export) hold, with their accuracy: the best epoch's, not the last's."""
     from keras_attnconv.models.presets import load_preset_metadata
 
-    if not metrics.get("preset"):
+    if not metrics.get("preset") or not metrics.get("chief", True):  # a worker's preset was in its scratch folder
         return None
     metadata = load_preset_metadata(metrics["preset"])
     return {"weights": metadata["weights"], "eval_accuracy": metadata["metrics"]["eval_accuracy"],
@@ -98,12 +99,14 @@ def _published(metrics):
 
 def _join_processes(strategy, processes):
     """Joins the other processes of a JAX run before anything computes (JAX allows it only then)."""
-    from keras_attnconv.training.distribution import check_strategy, initialize_processes
+    from keras_attnconv.training.distribution import check_coordinator, check_strategy, initialize_processes
 
     if strategy != "data_parallel":
         given = ", ".join(f"{name}={value!r}" for name, value in processes.items() if value is not None)
         raise ValueError(f"--coordinator, --num-processes and --process-id join the processes of a "
                          f"--strategy data_parallel run (JAX); the strategy is {strategy!r}. Received: {given}")
+    if processes["coordinator"] is not None:
+        check_coordinator(processes["coordinator"])  # a typo is named on any backend, before the backend's own checks
     check_strategy(strategy)
     initialize_processes(**processes)
 
@@ -506,6 +509,21 @@ def _one_line(error, limit=600):
     return message
 
 
+def _refuse_unknown_arguments(parser, args, unknown):
+    """One line naming the first argument the command does not take, with the closest flags of that command."""
+    from keras_attnconv.utils.checks import did_you_mean
+
+    command = getattr(args, "command", None)
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    flags = [flag for action in (commands.choices[command] if command else parser)._actions
+             for flag in action.option_strings if flag.startswith("--")]
+    where = f"attnconv {command}" if command else "attnconv"
+    first = unknown[0].split("=")[0]
+    print(f"{where}: error: unknown argument {first!r}.{did_you_mean(first, flags)} `{where} --help` lists "
+          f"the arguments. Received: {' '.join(unknown)}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None):
     """Runs one `attnconv` command; returns its exit code (0, or 2 for any error: one line on stderr).
 
@@ -513,7 +531,9 @@ def main(argv=None):
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        return _refuse_unknown_arguments(parser, args, unknown)
     args.command_line = shlex.join(["attnconv", *argv])  # recorded in results files, quoted as a shell takes it
     _quiet_start_up(args.debug)
     if getattr(args, "handler", None) is None:

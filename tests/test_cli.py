@@ -226,10 +226,37 @@ def test_a_long_message_keeps_what_was_received():
     (["compare", "--model", "nosuch"], "--model nosuch"),  # not --models
 ])
 def test_an_abbreviated_option_is_not_taken_for_another(capsys, args, unrecognized):
-    with pytest.raises(SystemExit) as exited:
-        cli.main(args)
-    assert exited.value.code == 2
-    assert f"unrecognized arguments: {unrecognized}" in capsys.readouterr().err
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"unknown argument {unrecognized.split()[0]!r}" in err
+    assert err.rstrip().endswith(f"Received: {unrecognized}")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--epocs", "3"], r"^attnconv train: error: unknown argument '--epocs'. Did you mean '--epochs'"),
+    (["export", "--export_dir", "x"], r"unknown argument '--export_dir'. Did you mean '--export-dir'"),
+    (["--verbsoe"], r"^attnconv: error: unknown argument '--verbsoe'"),
+])
+def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args, message):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--recipe", ""], r"`recipe` must be a non-empty path. Received: recipe=''"),  # not "no recipe"
+    (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
+    (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
+    (["train", "--strategy", "data_parallel", "--coordinator", "localhost", "--num-processes", "2", "--process-id",
+      "0"], r"`coordinator` must be .*host:port.*Received: coordinator='localhost'"),
+    (["train", "--strategy", "data_parallel", "--coordinator", "localhost:99999", "--num-processes", "2",
+      "--process-id", "0"],
+     r"port from 1 to 65535.*Received: coordinator='localhost:99999'"),  # JAX would wait forever
+])
+def test_a_bad_recipe_model_or_coordinator_is_named_as_given(capsys, args, message):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
 
 
 def test_a_shortened_list_of_models_never_cuts_a_name(capsys):

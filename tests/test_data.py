@@ -112,6 +112,10 @@ IMAGES = np.zeros((6, 8, 8, 3), np.uint8)
     ({"y": np.zeros(6, int)}, "holds no images"),
     ({"x": IMAGES[:0], "y": np.zeros(0, int), "class_names": np.array(["a", "b"])}, "holds no images"),
     ({"x": IMAGES, "y": np.zeros(6, int)}, "at least 2 classes"),
+    # A 2-D class_names used to be read row by row, and the labels blamed for the count that came out.
+    ({"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([["a", "b"], ["c", "d"]])},
+     r"'class_names'.*1-D array of strings.*\(2, 2\)"),
+    ({"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([0, 1])}, "1-D array of strings"),
 ])
 def test_bad_npz_labels_and_arrays_are_named(tmp_path, arrays, message):
     with pytest.raises(ValueError, match=message):

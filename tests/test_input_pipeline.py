@@ -116,3 +116,11 @@ def test_asking_for_a_second_pass_after_a_first_gives_what_a_fresh_pipeline_give
     for index in range(len(used)):
         for a, b in zip(used[index], fresh[index]):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("count", [39, 41])
+def test_labels_of_another_count_than_the_images_are_refused_when_made(sample, count):
+    # Fewer labels used to raise an IndexError only when a batch past them was read, in the middle of `fit`.
+    images, labels = sample
+    with pytest.raises(ValueError, match=f"one class number per image.*shape \\({count},\\) for 40 images"):
+        batches(images, np.resize(labels, count))

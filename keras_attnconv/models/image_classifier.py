@@ -216,6 +216,10 @@ class ImageClassifier(keras.Model):
 
     def __call__(self, inputs, *args, **kwargs):
         self._check_images(inputs)  # here too, before Keras adds the whole input tensor to the message
+        shape = getattr(keras.tree.flatten(inputs)[0], "shape", ())
+        if len(shape) and shape[0] == 0:  # as `predict`: a ResNet's layers fail on it with a misleading message
+            raise ValueError(f"{type(self).__name__} {self.name!r} got no images to classify. "
+                             f"Received: images of shape {tuple(shape)}")
         return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, mask=None, **kwargs):

@@ -93,7 +93,7 @@ def _read_npz_info(name, path, mtime_ns, size):
         images_key = (train or next(iter(splits.values())))[0]
         images = _check_images(name, images_key, _npz_array(name, data, images_key))
         mean, std = _channel_statistics(images) if train else (None, None)
-        stated = [str(n) for n in _npz_array(name, data, "class_names")] if "class_names" in data.files else None
+        stated = _class_names(name, _npz_array(name, data, "class_names")) if "class_names" in data.files else None
     num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
     if num_classes < 2:
         raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
@@ -101,6 +101,14 @@ def _read_npz_info(name, path, mtime_ns, size):
     names = tuple(stated) if stated else (CIFAR10_CLASSES if num_classes == 10 else
                                           tuple(str(i) for i in range(num_classes)))
     return DatasetInfo(name, num_classes, names, mean, std, "test", images.shape[1])
+
+
+def _class_names(name, names):
+    """The `class_names` array of a .npz as strings: one name per class, a 1-D array of text."""
+    if names.ndim != 1 or names.dtype.kind not in "US" or not names.size:
+        raise ValueError(f"The array 'class_names' of {str(name)!r} must hold one name per class, a 1-D array of "
+                         f"strings. Received: class_names {names.dtype} {names.shape}")
+    return [str(n) for n in names]
 
 
 def _channel_statistics(images):

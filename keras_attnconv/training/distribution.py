@@ -96,6 +96,7 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"`process_id` must lie in [0, num_processes). Received: process_id={index}, "
                          f"num_processes={count}")
+    check_coordinator(values["coordinator"])
     if jax.distributed.is_initialized():
         if jax.process_count() != count or jax.process_index() != index:
             raise ValueError(f"This process already joined a run of {jax.process_count()} processes as process "
@@ -103,6 +104,17 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
         return count
     keras.distribution.initialize(values["coordinator"], num_processes=count, process_id=index)
     return count
+
+
+def check_coordinator(address):
+    """Raises ValueError naming `coordinator` unless `address` is ``host:port`` with a port in 1..65535.
+
+    JAX would index past the end of a bare host, and wait forever on a port that cannot exist.
+    """
+    host, separator, port = str(address).rpartition(":")
+    if not (separator and host and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"`coordinator` must be the coordinator's address as host:port, with a port from 1 to "
+                         f"65535 (process 0 listens there). Received: coordinator={address!r}")
 
 
 def _whole_number(name, value):

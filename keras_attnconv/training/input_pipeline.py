@@ -61,6 +61,9 @@ class ArrayBatches(keras.utils.PyDataset):
             raise ValueError("`images` must be the raw pixels, a uint8 array (N, H, W, 3). "
                              f"Received: images {images.dtype} {images.shape}")
         self.images, self.labels = images, np.asarray(labels, "int64")
+        if self.labels.shape != (len(images),):
+            raise ValueError(f"`labels` must hold one class number per image, shape ({len(images)},). "
+                             f"Received: labels of shape {self.labels.shape} for {len(images)} images")
         self.batch_size = batch_size
         full, remainder = divmod(len(self.images), batch_size)
         self.batches_per_pass = full if drop_remainder else full + bool(remainder)

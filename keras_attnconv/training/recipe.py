@@ -208,7 +208,7 @@ def load_recipe(recipe, **overrides):
         raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {reason}. Received: recipe={str(path)!r}") \
             from None
     same_model = overrides.get("model", values.get("model")) == values.get("model")
-    if not same_model:
+    if not same_model and isinstance(overrides["model"], str):  # another name: the check below names `model`
         values["name"] = overrides["model"]
     given, recipes = overrides.get("model_overrides"), values.get("model_overrides")
     if same_model and isinstance(given, dict) and isinstance(recipes, dict):

@@ -107,6 +107,14 @@ def test_images_of_another_channel_count_are_refused_naming_both(name, channels)
         model.predict(np.zeros((2, 8, 8, channels), np.uint8), verbose=0)
 
 
+@pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
+def test_a_batch_of_no_images_is_refused_by_every_family_alike(name):
+    # A ResNet's batch normalisation used to fail with a message about its input's channels.
+    model = build_model(name, **(SMALL if name == "quadratic_tiny" else {"image_size": 8}))
+    with pytest.raises(ValueError, match=r"got no images to classify. Received: images of shape \(0, 8, 8, 3\)"):
+        model(np.zeros((0, 8, 8, 3), np.uint8))
+
+
 def test_class_names_default_to_cifar10s_or_the_indices():
     assert build_model("resnet_tiny", image_size=8).class_names[:2] == ("airplane", "automobile")
     assert build_model("resnet_tiny", image_size=8, num_classes=3).class_names == ("0", "1", "2")
