@@ -7,10 +7,11 @@ import matplotlib.pyplot
 import numpy as np
 import pytest
 from keras import ops
+from support import snapshot
 
 matplotlib.use("Agg")
 
-from keras_attnconv import build_model, list_models, save_to_preset
+from keras_attnconv import build_model, cli, list_models, save_to_preset
 from keras_attnconv.analysis import viz
 from keras_attnconv.analysis.attention import layer_centers
 from keras_attnconv.analysis.curves import plot_training_curves
@@ -293,3 +294,50 @@ def test_a_run_still_training_is_drawn_from_its_best_checkpoint_so_far(tmp_path)
     drawn = run_figures(run.path)  # no preset/ yet
     assert sorted(drawn.figures) == ["attention_maps_0", "attention_maps_1", "training_curves"]
     assert len(_head_panels(drawn.figures["attention_maps_0"])) == 2 * 2 * 9
+
+
+def test_a_runs_figures_that_links_to_a_users_folder_is_that_users_folder(tmp_path, capsys):
+    # A run's figures/ that is a symbolic link is not the run's: what it points to is judged as any folder (here
+    # the user's, holding the names the figures would take), and nothing in it is replaced.
+    run = _run_directory(tmp_path / "run", build_model("quadratic_tiny", seed=0, **SMALL), "cifar10")
+    users = tmp_path / "my_figures"
+    users.mkdir()
+    (users / "training_curves.png").write_bytes(b"mine")
+    (users / "attention_centers.svg").write_text("mine")
+    (run / "figures").symlink_to(users)
+    before = snapshot(users)
+    assert cli.main(["plot", str(run)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert f"{run / 'figures'} (a link to {users}), a directory the package did not make" in error, error
+    assert snapshot(users) == before
+
+
+def test_a_users_dangling_link_under_a_figures_name_is_never_replaced(tmp_path, capsys):
+    run = _run_directory(tmp_path / "run", build_model("quadratic_tiny", seed=0, **SMALL), "cifar10")
+    users = tmp_path / "u"
+    users.mkdir()
+    (users / "training_curves.png").symlink_to(tmp_path / "not-there-yet.png")
+    before = snapshot(users)
+    assert cli.main(["plot", str(run), "--output", str(users)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{users / 'training_curves.png'} exists" in error and f"Received: output='{users}'" in error
+    assert snapshot(users) == before and not (tmp_path / "not-there-yet.png").exists()
+
+
+@pytest.mark.parametrize("inside", ["sm/quadratic_tiny", "sm/new_folder", "run/preset", "run/logs"])
+def test_a_folder_inside_a_directory_the_package_marked_takes_no_figures(tmp_path, capsys, inside):
+    from keras_attnconv.export.root import ExportRoot
+
+    run = _run_directory(tmp_path / "run", build_model("quadratic_tiny", seed=0, **SMALL), "cifar10")
+    (run / "logs").mkdir()
+    ExportRoot(tmp_path / "sm").claim()
+    (tmp_path / "sm" / "quadratic_tiny" / "1").mkdir(parents=True)
+    (tmp_path / "sm" / "quadratic_tiny" / "1" / "saved_model.pb").write_bytes(b"a model")
+    before = snapshot(tmp_path)
+    output = tmp_path / inside
+    assert cli.main(["plot", str(run), "--output", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"Received: output='{output}'" in error, error
+    assert f"{output} is" in error and "figures go into a directory of their own" in error, error
+    assert snapshot(tmp_path) == before

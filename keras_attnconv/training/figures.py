@@ -16,13 +16,17 @@ named with the reason in `RunFigures.absent`.
 
 The figures directory (`write_figures`) is the package's when it was absent or
 empty before the package wrote into it (then it carries the package's mark)
-or when it is a run's ``figures/``: there the figures are rewritten. Any other
-directory is the user's: a figure is added to it only under a name that is
-free, and a directory the package marked as something else (a run, a preset,
-an export root) takes no figures at all.
+or when it is a run's own ``figures/`` (a directory in the run: a link there
+to elsewhere is not the run's, and is judged as what it points to): there the
+figures are rewritten. Any other directory is the user's: a figure is added to
+it only under a name that is free (nothing there, not even a dangling link). A
+directory the package marked as something else (a run, a preset, an export
+root), or a folder inside one (an export root's model folder), takes no
+figures at all.
 """
 
 import dataclasses
+import os
 from pathlib import Path
 
 from keras_attnconv.analysis.attention import layer_centers, load_centers_history
@@ -156,19 +160,36 @@ def run_figures(source):
     return RunFigures(drawn, absent)
 
 
-def _is_a_runs_figures(directory):
+def _is_a_runs_own_figures(directory):
+    """Whether `directory` is the ``figures/`` of a run of the package, in the run itself (not a link to elsewhere)."""
     from keras_attnconv.training.run_directory import RunDirectory
 
     directory = Path(directory)
-    return directory.name == RunDirectory.FIGURES and RunDirectory(directory.parent).is_ours()
+    return (directory.name == RunDirectory.FIGURES and not directory.is_symlink()
+            and RunDirectory(directory.parent).is_ours())
+
+
+def _marked_ancestor(directory):
+    """The nearest directory above where `directory` resolves that carries the package's mark, or None."""
+    return next((parent for parent in Path(directory).resolve().parents if mark_of(parent) is not None), None)
 
 
 def check_figures_directory(directory, argument="output"):
-    """Raises `ForeignDirectoryError` (naming `argument`) if `directory` is one the package marked as another kind."""
+    """Raises `ForeignDirectoryError` (naming `argument`) if `directory` is, or is inside, another owner's directory.
+
+    Another owner's: one the package marked as another kind, or a folder
+    inside a directory the package marked (an export root's model folder, a
+    run's ``logs/``), but for a run's own ``figures/``.
+    """
     kind = mark_of(directory)
     if kind not in (None, "figures"):
         raise ForeignDirectoryError(f"{directory} is {what_it_holds(directory)}: figures go into a directory of "
                                     f"their own. Pass another {argument}. Received: {argument}={str(directory)!r}")
+    owner = None if _is_a_runs_own_figures(directory) else _marked_ancestor(directory)
+    if owner is not None:
+        raise ForeignDirectoryError(f"{directory} is inside {owner}, {what_it_holds(owner)}: figures go into a "
+                                    f"directory of their own. Pass another {argument}. "
+                                    f"Received: {argument}={str(directory)!r}")
 
 
 def write_figures(figures, directory, dpi=100, argument="output"):
@@ -179,13 +200,14 @@ def write_figures(figures, directory, dpi=100, argument="output"):
     """
     directory = Path(directory)
     check_figures_directory(directory, argument)
-    ours = mark_of(directory) == "figures" or _is_a_runs_figures(directory) or not visible_entries(directory)
+    ours = mark_of(directory) == "figures" or _is_a_runs_own_figures(directory) or not visible_entries(directory)
     paths = {name: figure_paths(directory / name) for name in figures}
     if not ours:
-        taken = [path for files in paths.values() for path in files if path.exists()]
+        taken = [path for files in paths.values() for path in files if os.path.lexists(path)]  # a link too
         if taken:
-            raise FileExistsError(f"{taken[0]} exists in {directory}, a directory the package did not make: it is "
-                                  f"never replaced. Pass another {argument}. Received: {argument}={str(directory)!r}")
+            link = f" (a link to {directory.resolve()})" if directory.is_symlink() else ""
+            raise FileExistsError(f"{taken[0]} exists in {directory}{link}, a directory the package did not make: it "
+                                  f"is never replaced. Pass another {argument}. Received: {argument}={str(directory)!r}")
     elif mark_of(directory) is None:
         write_mark(directory, "figures")
     return [path for name, figure in figures.items() for path in write_figure(figure, directory / name, dpi)]
