@@ -219,8 +219,9 @@ def test_every_recipe_the_documentation_names_is_a_recipe_of_the_package():
     assert not unknown, "\n".join(unknown)
 
 
-# A file or directory of the repository named by its path (a glob such as `recipes/*.toml` matches one).
-REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:keras_attnconv|tests|docs|\.ci)/[\w./*-]*[\w*/])")
+# A file or directory of the repository named by its path (a glob such as `recipes/*.toml` matches one; one with a
+# placeholder, `scale-<host>.json`, is no path).
+REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:keras_attnconv|tests|docs|training|\.ci)/[\w./*-]*[\w*/])(?![\w./*-]*<)")
 
 
 def test_every_package_and_test_file_the_documentation_names_exists():

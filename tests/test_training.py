@@ -102,6 +102,12 @@ def test_the_end_of_run_summary_says_which_weights_were_published_with_their_acc
     assert published["eval_accuracy"] == metadata["metrics"]["eval_accuracy"]
 
 
+def test_a_run_says_its_first_epoch_compiles_the_step(small_npz, tmp_path, capsys):
+    # The first epoch took minutes on a CPU against seconds later, with no word of why.
+    train(small_config(small_npz, tmp_path / "run", epochs=1, steps_per_epoch=1, verbose=1))
+    assert "compiled during the first epoch" in capsys.readouterr().err
+
+
 def test_finished_runs_are_not_overwritten(small_npz, tmp_path):
     config = small_config(small_npz, None, runs_dir=str(tmp_path), epochs=1)
     first, second = train(config), train(config)

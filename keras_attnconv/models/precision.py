@@ -10,7 +10,7 @@ SGD's small updates are lost when added to 16-bit weights (a step of
 16-bit policies are for inference, and float64 is not a training precision
 either (no accelerator runs it at speed).
 
-This module imports no framework, so a recipe is checked before one loads.
+Its checks use no framework's computation, so a recipe is checked before any model is built.
 """
 
 from keras_attnconv.utils.checks import did_you_mean

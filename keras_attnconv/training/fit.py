@@ -175,7 +175,8 @@ def _fit_in_scope(config, plan, run, resume_from):
         jit_compile = resolve_jit_compile(config.jit_compile, config.precision, gflops_per_image=model_gflops(model))
         if config.verbose:
             print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
-                  f"{config.precision})", file=sys.stderr)
+                  f"{config.precision}); it is compiled during the first epoch, which takes longer (a minute or "
+                  f"more on a CPU)", file=sys.stderr)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
             optimizer=run_optimizer(config, plan.schedule),

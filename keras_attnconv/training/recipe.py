@@ -1,7 +1,8 @@
 """Training recipes: the `TrainConfig` of one run, read from TOML and the command line.
 
-This module imports no framework, so `attnconv train` rejects a bad recipe or
-flag at once, before TensorFlow or JAX loads and before anything is written.
+Its checks use no framework (importing the package loads Keras, which registers
+the package's classes), so `attnconv train` rejects a bad recipe or flag at once,
+before any data, model or device is touched and before anything is written.
 """
 
 import dataclasses

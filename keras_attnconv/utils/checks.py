@@ -1,6 +1,6 @@
 """Argument checks for every level of the package, with Keras-style messages ("... Received: name=value").
 
-Pure Python: importing this module imports no framework.
+Pure Python: its checks use no framework (importing the package still loads Keras).
 """
 
 import dataclasses
