@@ -115,3 +115,39 @@ def test_cpu_capabilities_of_a_machine_without_cpuinfo_are_unknown(tmp_path):
     capabilities = cpu_capabilities(str(tmp_path / "absent"))
     assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["flags"]) == ("unknown", None,
                                                                                                frozenset())
+
+
+def pretend_cpu(monkeypatch, kind):
+    """Makes the rule see a CPU of `kind` (`CPU_KINDS`) instead of this machine's, wherever it asks."""
+    from keras_attnconv.models import step_compilation
+
+    flags = CPU_KINDS[kind]
+    units = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else None
+    monkeypatch.setattr(step_compilation, "cpu_capabilities",
+                        lambda: {"model": f"a pretended {kind} CPU", "bfloat16_units": units, "flags": flags})
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CPU rule chooses between TensorFlow's paths")
+@pytest.mark.parametrize("kind", sorted(CPU_KINDS))
+def test_a_models_own_compile_takes_the_rule_for_the_cpu_it_runs_on(monkeypatch, kind):
+    # On every kind of CPU, not only the machine's own: small models XLA everywhere, a large one the graph on AMX.
+    pretend_cpu(monkeypatch, kind)
+    small = build_model("quadratic_tiny", seed=0)
+    small.compile()
+    assert model_gflops(small) < SMALL_MODEL_GFLOPS and small.jit_compile is True
+    large = build_model("resnet10", seed=0)
+    large.compile()
+    assert model_gflops(large) > SMALL_MODEL_GFLOPS and large.jit_compile is (kind != "AMX")
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CPU rule chooses between TensorFlow's paths")
+@pytest.mark.parametrize("kind", ["AMX", "AVX-512 BF16"])
+def test_a_training_run_takes_the_rule_for_the_cpu_it_runs_on(monkeypatch, kind, small_npz, tmp_path):
+    from keras_attnconv.training.fit import train
+    from keras_attnconv.training.recipe import load_recipe
+
+    pretend_cpu(monkeypatch, kind)
+    config = load_recipe("quick", dataset=small_npz, epochs=1, steps_per_epoch=1, batch_size=20, verbose=0,
+                         export_dir=None, run_dir=str(tmp_path / "run"), precision="mixed_bfloat16")
+    metrics = train(config)  # quadratic_tiny, a small model: XLA even where bfloat16 units would take the graph
+    assert (metrics["jit_compile"], metrics["step_path"]) == (True, "XLA")
