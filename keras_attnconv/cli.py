@@ -114,7 +114,6 @@ def _join_processes(strategy, processes):
 def _export(args):
     from keras_attnconv.export.exporter import export_registered, paper_configurations
     from keras_attnconv.training.workflow import export_source
-    from keras_attnconv.utils.checks import none_word
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
     if sum(value is not None for value in given.values()) != 1:
@@ -129,7 +128,7 @@ def _export(args):
                          "allow_chance=True")
     options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
                "jit_compile": args.jit_compile, "compute_dtype": args.compute_dtype}
-    export_dir = none_word(args.export_dir)  # none: the format's default root
+    export_dir = _export_root(args.export_dir)
     if args.source is not None:
         paths = [export_source(args.source, export_dir, allow_chance=args.allow_chance, **options)]
     else:
@@ -140,11 +139,25 @@ def _export(args):
     return 0
 
 
-def _serve(args):
-    from keras_attnconv.export.exporter import set_served_version
+def _export_root(export_dir):
+    """`--export-dir` of export and serve: a folder, or absent for the format's default; never "none".
+
+    In `attnconv train`, `--export-dir none` means no export; these commands have no such choice, and the
+    same word must not mean the default folder here.
+    """
     from keras_attnconv.utils.checks import none_word
 
-    path = set_served_version(none_word(args.export_dir), args.name, args.version)
+    if export_dir is not None and none_word(export_dir) is None:
+        raise ValueError(f"`export_dir` names the export root; leave it out for the format's default "
+                         f"(`--export-dir none` means no export in `attnconv train`). Received: "
+                         f"export_dir={export_dir!r}")
+    return export_dir
+
+
+def _serve(args):
+    from keras_attnconv.export.exporter import set_served_version
+
+    path = set_served_version(_export_root(args.export_dir), args.name, args.version)
     print(f"{path}: {args.name} serves version {args.version}")
     return 0
 

@@ -245,6 +245,9 @@ def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args
 
 @pytest.mark.parametrize("args, message", [
     (["train", "--recipe", ""], r"`recipe` must be a non-empty path. Received: recipe=''"),  # not "no recipe"
+    # none means no export in `attnconv train`; it used to mean the default folder in export and serve.
+    (["export", "--model", "quadratic_tiny", "--export-dir", "none"], r"means no export.*export_dir='none'"),
+    (["serve", "quadratic_tiny", "1", "--export-dir", "None"], r"means no export.*export_dir='None'"),
     (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
     (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
     (["train", "--strategy", "data_parallel", "--coordinator", "localhost", "--num-processes", "2", "--process-id",
