@@ -144,3 +144,13 @@ def test_each_format_records_its_signature_and_the_models_identity(exports, mode
             outputs = {"saved_model": {"probabilities", "classes", "class_names"}, "onnx": {"logits"},
                        "litert": {"logits"}}[fmt]
             assert set(metadata["signature"]["outputs"]) == outputs
+
+
+def test_an_export_its_runtime_cannot_check_says_it_was_published_unchecked(monkeypatch, capsys, tmp_path):
+    # LiteRT exports with TensorFlow alone; without the interpreter (the export extra) it was never run, silently.
+    from keras_attnconv.export.runtimes import check_in_runtime
+
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # as if not installed: importing it fails
+    check_in_runtime(build_model("quadratic_tiny", image_size=8), tmp_path, "litert", "quadratic_tiny")
+    err = capsys.readouterr().err
+    assert "litert export of quadratic_tiny was not run" in err and "keras-attnconv[export]" in err
