@@ -25,6 +25,7 @@ from keras_attnconv import build_model, export, save_to_preset
 from keras_attnconv.export import exporter, formats
 from keras_attnconv.training.data import dataset_info, load_arrays
 from keras_attnconv.export.root import VERSION_FILES, ExportRoot
+from keras_attnconv.utils.ownership import write_mark
 
 pytestmark = requires_tensorflow
 SMALL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -435,6 +436,8 @@ def test_staging_left_by_dead_exports_is_removed_and_live_ones_kept(tmp_path):
         ".tmp-1-999": (2 * day, False),  # no random part: not a name only the package makes, however old
         ".tmp-my-notes": (2 * day, False),  # the user's
     }
+    # The package's root (its mark): a folder holding hidden directories only is no TF Serving root of the user's.
+    write_mark(tmp_path, "export_root")
     for name, (age, _) in stagings.items():
         (tmp_path / "tiny" / name).mkdir(parents=True)
         (tmp_path / "tiny" / name / "saved_model.pb").write_text("partial")

@@ -43,10 +43,25 @@ def a_users_folder(path):
     return path
 
 
+def a_photo_folder(path):
+    """Folders named like TF Serving's model and version directories (2023/01/), holding no model."""
+    (path / "2023" / "01").mkdir(parents=True)
+    (path / "2023" / "01" / "beach.jpg").write_bytes(b"\xff\xd8\xff\xe0 a photo")
+    return path
+
+
+def a_photo_folder_with_a_models_config(path):
+    a_photo_folder(path)
+    (path / "models.config").write_text("model_config_list {}\n")
+    return path
+
+
 @pytest.mark.parametrize("make, holds", [
     (a_run, "holds a training run directory"),
     (a_preset, "holds a preset directory"),
     (a_users_folder, r"holds files without keras_attnconv's mark \(notes.txt, photos\)"),
+    (a_photo_folder, r"holds files without keras_attnconv's mark \(2023\)"),
+    (a_photo_folder_with_a_models_config, r"holds files without keras_attnconv's mark \(2023, models.config\)"),
 ])
 def test_what_is_not_an_export_root_is_refused_by_name_before_any_work(tmp_path, make, holds):
     root = make(tmp_path / "root")

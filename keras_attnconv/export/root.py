@@ -13,8 +13,9 @@ An export root holds:
 - ``.models.config.lock``: held while ``models.config`` is merged.
 
 The package exports into a root that is absent, empty, carries its mark, or
-is a TF Serving model root of the user's (a readable ``models.config``, or
-only model directories of numbered versions): then it adds its own model
+is a TF Serving model root of the user's, recognised by what TF Serving reads
+(``models.config``, and model directories whose numbered versions hold an
+export; folder names alone never make one): then it adds its own model
 directories and entries and changes nothing else. A run directory, a preset
 or a user's folder is an error naming it, before any work.
 """
@@ -35,6 +36,8 @@ FORMATS = ("saved_model", "onnx", "litert")
 DEFAULT_EXPORT_DIRS = {"saved_model": "saved_models", "onnx": "onnx_models", "litert": "litert_models"}
 #: The file that makes a version directory a version of each format.
 VERSION_FILES = {"saved_model": "saved_model.pb", "onnx": "model.onnx", "litert": "model.tflite"}
+#: The files that make a numbered directory an export, to TF Serving (its text SavedModel too) or the package.
+EXPORT_FILES = (*VERSION_FILES.values(), "saved_model.pbtxt")
 #: Where a version says what it is: which model, exported by which package (TF Serving ignores assets.extra/).
 METADATA_FILES = {"saved_model": "assets.extra/metadata.json", "onnx": "metadata.json", "litert": "metadata.json"}
 MODELS_CONFIG = "models.config"
@@ -70,6 +73,16 @@ def check_version(version, allow_none=True):
 def _is_version_dir(path):
     # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses or TF Serving would not read.
     return path.is_dir() and path.name.isascii() and path.name.isdigit()
+
+
+def _is_model_dir(path):
+    """Whether `path` is a model directory as TF Serving reads one: a plain name holding numbered versions only
+    (and hidden staging), at least one of them an export (`EXPORT_FILES`)."""
+    if not (path.is_dir() and SERVING_NAME.fullmatch(path.name)):
+        return False
+    versions = [entry for entry in path.iterdir() if not entry.name.startswith(".")]
+    return all(_is_version_dir(v) for v in versions) and any(
+        (v / file).is_file() for v in versions for file in EXPORT_FILES)
 
 
 class ExportRoot:
@@ -116,23 +129,15 @@ class ExportRoot:
             self._check_one_format(model_dir)
 
     def _is_model_root(self, path):
-        """Whether an unmarked directory is a TF Serving model root: a readable ``models.config``, or model dirs.
+        """Whether an unmarked directory is a TF Serving model root, by what TF Serving reads in it.
 
-        Model directories are plain names holding numbered versions (and hidden
-        staging directories) only: what earlier versions of the package and TF
-        Serving's users make.
+        It holds ``models.config`` (read next: one TF Serving cannot read is an
+        error naming it) and model directories (`_is_model_dir`), and nothing
+        else: what earlier versions of the package and TF Serving's users make.
+        Numbered folders alone (``photos/2023/01/``) are a user's folder.
         """
-        models = [entry for entry in path.iterdir() if not entry.name.startswith(".")]
-        if not models:
-            return False
-        for entry in models:
-            if entry.name == MODELS_CONFIG and entry.is_file():
-                continue
-            if not (entry.is_dir() and SERVING_NAME.fullmatch(entry.name)):
-                return False
-            if not all(_is_version_dir(v) for v in entry.iterdir() if not v.name.startswith(".")):
-                return False
-        return True
+        entries = [entry for entry in path.iterdir() if not entry.name.startswith(".")]
+        return bool(entries) and all(entry.name == MODELS_CONFIG or _is_model_dir(entry) for entry in entries)
 
     def _check_one_format(self, model_dir):
         """A model directory holds versions of one format: a server of one must not meet the other."""
