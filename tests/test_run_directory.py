@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import socket
 from pathlib import Path
 
@@ -118,6 +119,55 @@ def test_only_the_records_of_an_unfinished_run_are_removed_when_it_starts_anew(s
     train(small_config(small_npz, run))
     assert (run / "notes.txt").read_text() == "mine"
     assert json.loads((run / "config.json").read_text())["epochs"] == 1
+
+
+def a_copied_run_mark(path):
+    """A run's mark, copied by hand into `path` (a folder of the user's, or a copy of another run)."""
+    RunDirectory(path.with_name("a_real_run")).claim()
+    shutil.copy(path.with_name("a_real_run") / MARKER, path / MARKER)
+    return path
+
+
+def a_users_folder_with_a_copied_run_mark(path):
+    users_folder(path)
+    (path / "notes.txt").write_text("mine")
+    return a_copied_run_mark(path)
+
+
+def records_without_a_config_beside_a_copied_run_mark(path):
+    path.mkdir(parents=True)
+    (path / "history.csv").write_text("epoch,loss\n0,2.0\n")  # the user's, which a new run would remove
+    (path / "logs").mkdir()
+    (path / "logs" / "important.log").write_text("keep")
+    return a_copied_run_mark(path)
+
+
+def a_copy_of_another_unfinished_run(path):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({**vars(small_config("small.npz", path.with_name("elsewhere"))),
+                                                  "epochs": 9}))
+    (path / "logs").mkdir()
+    (path / "logs" / "important.log").write_text("keep")
+    return a_copied_run_mark(path)
+
+
+@pytest.mark.parametrize("make, says", [
+    (a_users_folder_with_a_copied_run_mark, "config.json names run_dir=None, not this folder"),
+    (records_without_a_config_beside_a_copied_run_mark, "holds history.csv, logs beside a run's mark but no "
+                                                        "config.json"),
+    (a_copy_of_another_unfinished_run, "config.json names run_dir='{elsewhere}', not this folder"),
+])
+def test_a_mark_alone_licenses_no_change_to_what_is_beside_it(small_npz, tmp_path, capsys, make, says):
+    # A run removes (starting anew) or rewrites only the records its own config.json says are this folder's;
+    # where the folder and the run's records disagree, the command is refused by name and nothing changes.
+    path = tmp_path / "proj"
+    make(path)
+    before = snapshot(path)
+    assert cli.main(train_command(small_npz, path)) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"Received: run_dir='{path}'" in error, error
+    assert f"{path}" in error and says.format(elsewhere=tmp_path / "elsewhere") in error, error
+    assert snapshot(path) == before
 
 
 def test_start_anew_refuses_a_run_with_a_completed_epoch_or_not_ours(tmp_path):

@@ -18,7 +18,12 @@ A run directory holds:
 
 The package trains only in a directory that is absent, empty, or carries its
 mark as a run directory, and removes only the records listed here, of a run
-that never completed an epoch.
+that never completed an epoch. A mark alone licenses no change to what is
+beside it (a mark is easily copied): a run writes its ``config.json``, which
+names its directory, right after its mark and before any other record, so
+records without that config are not a run's, and a run's records are removed
+only where its ``config.json`` names this very directory
+(`RunDirectory.check_records_are_its_own`).
 
 Pure Python: no framework is imported.
 """
@@ -33,6 +38,7 @@ from pathlib import Path
 from keras_attnconv.utils.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
 from keras_attnconv.utils.checks import check_path
 from keras_attnconv.utils.files import check_writable, file_lock, read_json_object, write_json
+from keras_attnconv.utils.staging import is_temporary
 
 
 class RunInUseError(RuntimeError):
@@ -168,11 +174,45 @@ class RunDirectory:
         """Whether a backup of a completed epoch was published (`callbacks.ResumableBackup`'s pointer)."""
         return (self.backup_dir / "latest.json").exists()
 
+    def check_records_are_its_own(self, starting_anew):
+        """Raises `ForeignDirectoryError` where the folder and the run's own records disagree; changes nothing.
+
+        A run writes ``config.json`` (with its ``run_dir``) right after its mark
+        and before any other record: a folder with records but no config holds
+        what is not a run's (a copied mark beside a user's files). Starting
+        anew removes records, so it also needs the config to name this very
+        folder: a copy of another run, or a user's config.json, does not.
+        """
+        received = f"Received: run_dir={str(self.path)!r}"
+        config = self.read_config()
+        if config is None:
+            records = [name for name in visible_entries(self.path)
+                       if name != self.LOCK and not is_temporary(name, f"{self.CONFIG}.", ".json")]
+            if records:
+                raise ForeignDirectoryError(
+                    f"{self.path} holds {', '.join(records[:5])} beside a run's mark but no {self.CONFIG}, which a "
+                    f"run writes before any other record: they are not a run's, and never changed. Pass another "
+                    f"--run-dir. {received}")
+        elif starting_anew and not self._is_this_folder(config.get("run_dir")):
+            raise ForeignDirectoryError(
+                f"{self.config_file} names run_dir={config.get('run_dir')!r}, not this folder: what it holds is not "
+                f"this run's to remove, and never changed. Pass another --run-dir. {received}")
+
+    def _is_this_folder(self, recorded):
+        try:
+            return isinstance(recorded, str) and os.path.samefile(recorded, self.path)
+        except OSError:  # no such path (here, from this working directory): not this folder
+            return False
+
     def start_anew(self):
-        """Removes the records (`RECORDS`) of a run that never completed an epoch; nothing else."""
+        """Removes the records (`RECORDS`) of a run that never completed an epoch; nothing else.
+
+        Only a run whose ``config.json`` names this folder (`check_records_are_its_own`).
+        """
         if not self.is_ours() or self.has_completed_epoch() or self.metrics_file.exists():
             raise ValueError(f"Only the records of an unfinished run of keras_attnconv that never completed an "
                              f"epoch are removed. Received: run_dir={str(self.path)!r}")
+        self.check_records_are_its_own(starting_anew=True)
         for name in self.RECORDS:
             path = self.path / name
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)

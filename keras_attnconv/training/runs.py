@@ -51,8 +51,9 @@ def check_same_run(run, resolved):
     """Whether `run` holds a run of another configuration that never completed an epoch (to start anew).
 
     Raises for a directory that is not a run of the package or a finished run,
-    which are never touched, and for an unfinished run of another
-    configuration with a completed epoch, which is never lost.
+    which are never touched, for an unfinished run of another configuration
+    with a completed epoch, which is never lost, and where the folder and the
+    run's own records disagree (`RunDirectory.check_records_are_its_own`).
     """
     run.check()
     if run.metrics_file.exists():
@@ -64,4 +65,5 @@ def check_same_run(run, resolved):
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
         raise ValueError(f"{run} holds an unfinished run with a different configuration ({details}) and a "
                          "completed epoch. Resume it with the same settings, or pass another --run-dir.")
+    run.check_records_are_its_own(starting_anew=bool(changed))
     return bool(changed)
