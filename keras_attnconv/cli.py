@@ -10,7 +10,7 @@ import sys
 def _list(args):
     from keras_attnconv.models.summary import markdown_table, model_rows
 
-    print(markdown_table(model_rows(args.models or None)))
+    print(markdown_table(model_rows(args.models or None, recount=args.recount)))
     print(
         "\nFLOPs per 32x32 image, 2 per multiply-add. 'weights' counts products with weight kernels "
         "(convolutions, Dense, attention projections), the convention of the paper's Table 1; "
@@ -363,6 +363,8 @@ def build_parser():
 
     listing = add("list", help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
+    listing.add_argument("--recount", action="store_true",
+                         help="build each model and count it, instead of the counts recorded in the package")
     listing.set_defaults(handler=_list)
 
     import dataclasses
