@@ -154,11 +154,19 @@ def test_models_config_is_merged_keeping_what_the_package_did_not_write(tmp_path
     merged = parsed(root / "models.config")
     assert list(merged.model_config_list.config)[:2] == list(users.model_config_list.config)
     assert served_config(root)["other"] == ("/models/other", "tensorflow", [1])
-    # --serve changes the served versions of that model, and nothing else of its entry or of the file.
+    # --serve changes the served versions of that model, and nothing else of its entry or of the file. Its labels
+    # are the user's: TF Serving refuses one on a version it does not serve, so the user moves them first.
+    with pytest.raises(ValueError, match="label 'canary' on version 2.*Received: name='tiny', version=3"):
+        export.set_served_version(root, "tiny", 3)
+    from google.protobuf import text_format
+
+    moved = parsed(root / "models.config")
+    moved.model_config_list.config[1].version_labels.update({"stable": 3, "canary": 3})
+    (root / "models.config").write_text(text_format.MessageToString(moved))
     export.set_served_version(root, "tiny", 3)
     tiny = {entry.name: entry for entry in parsed(root / "models.config").model_config_list.config}["tiny"]
     assert list(tiny.model_version_policy.specific.versions) == [3]
-    assert dict(tiny.version_labels) == {"stable": 1, "canary": 2} and tiny.base_path == "/models/tiny"
+    assert dict(tiny.version_labels) == {"stable": 3, "canary": 3} and tiny.base_path == "/models/tiny"
     assert parsed(root / "models.config").model_config_list.config[0] == users.model_config_list.config[0]
 
 
@@ -260,3 +268,113 @@ def test_a_users_hidden_files_in_a_tf_serving_root_are_never_taken_for_a_killed_
         capsys.readouterr().err
     assert (tfs / "quadratic_tiny" / "2" / "saved_model.pb").exists()
     assert [path.read_text() for path in mine] == ["mine", "mine"]
+
+
+LABELLED = """
+model_config_list {
+  config {
+    name: "tiny"
+    base_path: "/models/tiny"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 } }
+    version_labels { key: "stable" value: 1 }
+  }
+}
+"""
+
+
+def test_serving_a_version_that_would_leave_a_users_label_unserved_is_refused_naming_it(tmp_path, capsys):
+    # TF Serving refuses a version label on a version it does not serve: `serve tiny 2` would break the file.
+    root = tmp_path / "root"
+    for seed in range(2):
+        export.export_model(tiny_model(seed=seed), root, warmup=False)
+    (root / "models.config").write_text(LABELLED)
+    before = snapshot(root)
+    assert cli.main(["serve", "tiny", "2", "--export-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "label 'stable' on version 1" in err and "Received: name='tiny', version=2" in err
+    with pytest.raises(ValueError, match="label 'stable' on version 1.*Received: name='tiny'"):
+        export.export_model(tiny_model(seed=2), root, serve=True, warmup=False)  # before any work
+    assert snapshot(root) == before
+    assert cli.main(["serve", "tiny", "1", "--export-dir", str(root)]) == 0  # the labelled version itself
+    tiny = parsed(root / "models.config").model_config_list.config[0]
+    assert list(tiny.model_version_policy.specific.versions) == [1] and dict(tiny.version_labels) == {"stable": 1}
+
+
+ELSEWHERE = """
+model_config_list {
+  config {
+    name: "tiny"
+    base_path: "/elsewhere/tiny"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 7 } }
+  }
+}
+"""
+
+
+def test_an_entry_serving_a_model_from_another_folder_is_the_users_and_never_changed(tmp_path, capsys):
+    root = tmp_path / "root"
+    export.export_model(tiny_model(), root, warmup=False)
+    (root / "models.config").write_text(ELSEWHERE)
+    theirs = parsed(root / "models.config").model_config_list.config[0]
+    export.export_model(tiny_model(name="other"), root, warmup=False)
+    assert parsed(root / "models.config").model_config_list.config[0] == theirs  # still version 7, from elsewhere
+    assert served_config(root)["other"] == ("/models/other", "tensorflow", [1])
+    # What would need that entry is refused, naming it, before any work.
+    before = snapshot(root)
+    with pytest.raises(ValueError, match="entry 'tiny' serves /elsewhere/tiny, not /models/tiny.*Received: name='tiny'"):
+        export.export_model(tiny_model(seed=1), root, warmup=False)
+    assert cli.main(["serve", "tiny", "1", "--export-dir", str(root)]) == 2
+    assert "entry 'tiny' serves /elsewhere/tiny" in capsys.readouterr().err
+    assert snapshot(root) == before
+
+
+def test_a_models_config_that_is_a_link_is_written_through_it(tmp_path):
+    root, target = tmp_path / "root", tmp_path / "serving" / "models.config"
+    export.export_model(tiny_model(), root, warmup=False)
+    target.parent.mkdir()
+    (root / "models.config").rename(target)
+    (root / "models.config").symlink_to(target)  # the file TF Serving reads is the target
+    export.export_model(tiny_model(name="other"), root, warmup=False)
+    export.set_served_version(root, "tiny", 1)
+    assert (root / "models.config").is_symlink() and (root / "models.config").readlink() == target
+    assert {name: versions for name, (_, _, versions) in served_config(target.parent).items()} == {"tiny": [1],
+                                                                                                   "other": [1]}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["models.config"]  # no temporary file left
+
+
+COMMENTED = """# The lab's TF Serving models (ana@lab).
+# Keep this header.
+
+model_config_list {
+  config {
+    name: "theirs"
+    base_path: "/srv/#archive/theirs"
+    model_platform: "tensorflow"
+  }
+  config {
+    name: "tiny"  # the first model
+    base_path: "/models/tiny"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 } }
+  }
+}
+"""
+
+
+def test_models_config_keeps_its_leading_comments_and_says_once_which_others_go(tmp_path):
+    import warnings
+
+    root = tmp_path / "root"
+    export.export_model(tiny_model(), root, warmup=False)
+    (root / "models.config").write_text(COMMENTED)
+    with pytest.warns(UserWarning, match=f"{root / 'models.config'}: its comment on line 11 is not kept"):
+        export.export_model(tiny_model(name="other"), root, warmup=False)
+    text = (root / "models.config").read_text()
+    assert text.startswith("# The lab's TF Serving models (ana@lab).\n# Keep this header.\n\n")
+    assert "the first model" not in text and set(served_config(root)) == {"theirs", "tiny", "other"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: nothing more goes
+        export.export_model(tiny_model(name="third"), root, warmup=False)
+    assert (root / "models.config").read_text().startswith("# The lab's TF Serving models (ana@lab).\n")

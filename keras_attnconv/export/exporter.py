@@ -28,7 +28,9 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
             ``model.name``; a plain name, recorded beside the model's own.
         serve: SavedModel only: make this version the one ``models.config``
             serves (otherwise the served version stays as it was; a new model
-            serves its first version).
+            serves its first version). Refused where a version label of the
+            model's entry names another version (TF Serving refuses a label
+            on a version it does not serve).
         jit_compile: SavedModel only: an XLA-compiled serving function
             instead of a plain graph.
         compute_dtype: ``"float32"``, or SavedModel only ``"bfloat16"``: the
@@ -43,7 +45,9 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     Raises:
         ValueError: a model not of the zoo, a bad name, format or version,
             an export root whose model directory holds another format, or
-            a ``models.config`` there that is not TF Serving's.
+            a ``models.config`` there that is not TF Serving's, or whose
+            entry of this name serves a folder other than this root's (the
+            user's, never changed).
         PermissionError, NotADirectoryError: `export_dir` cannot be written.
         All are raised before any work; nothing is written.
         RuntimeError: the exported file cannot be loaded, or run on one
@@ -61,7 +65,9 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
                          f"Received: format={format!r}, serve={serve}, jit_compile={jit_compile}, "
                          f"compute_dtype={compute_dtype!r}")
     require_tensorflow_backend()
-    root.check(name)
+    root.check(name, base_path)
+    if serve:
+        root.check_serve(name, version, base_path)
     root.check_new_version(name, version)  # fail before the work; rechecked at publication
     json.dumps(metadata, allow_nan=False)  # not JSON (a type, a NaN): an error before the work
 
@@ -99,12 +105,15 @@ def served_version(export_dir, name):
 def set_served_version(export_dir, name, version, base_path="/models"):
     """Makes ``models.config`` serve `version` of the SavedModel `name` under `export_dir`; returns its path.
 
-    Every other entry and field of ``models.config`` stays as it was.
+    Every other entry and field of ``models.config`` stays as it was. An entry
+    of `name` serving a folder other than this root's, or with a version label
+    on another version, is an error naming it (`ExportRoot.check_serve`).
     """
     root = ExportRoot(export_dir)
     check_serving_name(name, "name")
     check_version(version, allow_none=False)
     root.check()
+    root.check_serve(name, version, base_path)
     return root.update_models_config(base_path=base_path, serve={name: version})
 
 

@@ -8,8 +8,10 @@ An export root holds:
   ``model.tflite``), written under a hidden staging name in ``<name>/`` and
   renamed onto its number, never overwritten; a model directory holds one format;
 - ``models.config`` (SavedModel roots): TF Serving's ``--model_config_file``,
-  read and written as its ``ModelServerConfig`` message and merged: entries,
-  policies, labels and fields the package did not write are kept as they were;
+  read and written as its ``ModelServerConfig`` message (`config_file`) and
+  merged: entries, policies, labels and fields the package did not write are
+  kept as they were, and an entry serving a folder other than this root's
+  model directory of its name is the user's, never changed;
 - ``.models.config.lock``: held while ``models.config`` is merged.
 
 The package exports into a root that is absent, empty, carries its mark, or
@@ -23,13 +25,15 @@ or a user's folder is an error naming it, before any work.
 import errno
 import json
 import os
+import posixpath
 import re
 from pathlib import Path
 
+from keras_attnconv.export import config_file
 from keras_attnconv.utils.ownership import check_owned, mark_of, write_mark
 from keras_attnconv.utils.staging import new_staging, remove_stale_staging
 from keras_attnconv.utils.checks import check_choice, check_path, did_you_mean
-from keras_attnconv.utils.files import check_writable, file_lock, write_atomically
+from keras_attnconv.utils.files import check_writable, file_lock
 
 FORMATS = ("saved_model", "onnx", "litert")
 #: The export root of each format when none is given.
@@ -111,18 +115,23 @@ class ExportRoot:
     def model_dir(self, name):
         return self.path / check_serving_name(name, "name")
 
-    def check(self, name=None):
+    def check(self, name=None, base_path="/models"):
         """Raises, naming the path, unless an export of `name` could be published here; writes nothing.
 
         The root (and the model's directory) must be writable and the root the
         package's or a TF Serving root of the user's (`ownership.check_owned`);
-        a SavedModel root's ``models.config`` must be TF Serving's; the model's
-        directory must hold this format only.
+        a SavedModel root's ``models.config`` must be TF Serving's (and, a link,
+        have a writable target), and its entry of `name`, if any, this root's
+        (`serves_this_root`); the model's directory must hold this format only.
         """
         check_writable(self.path, "export_dir")
         check_owned(self.path, self.KIND, "export_dir", adopt=self._is_model_root)
         if self.format == "saved_model":
-            self.read_models_config()
+            config = self.read_models_config()
+            if self.models_config.is_symlink():  # written through the link: where it points must be writable
+                check_writable(self.models_config.resolve(), "models_config", file=True)
+            if name is not None:
+                self._check_users_entry(self._entry(config, name), base_path, f"name={name!r}")
         if name is not None:
             model_dir = self.model_dir(name)
             check_writable(model_dir, "export_dir")
@@ -229,22 +238,52 @@ class ExportRoot:
 
     def read_models_config(self):
         """The root's ``models.config`` as TF Serving's ``ModelServerConfig`` (empty if there is none)."""
-        from google.protobuf import text_format
-        from tensorflow_serving.config import model_server_config_pb2
+        return config_file.read(self.models_config, self.path)[1]
 
-        config = model_server_config_pb2.ModelServerConfig()
-        path = self.models_config
-        if not path.exists() and not path.is_symlink():
-            return config
-        try:
-            text_format.Parse(path.read_text(), config)
-        except (OSError, text_format.ParseError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path} is not a TF Serving model config ({error}): fix or remove it. "
-                             f"Received: export_dir={str(self.path)!r}") from None
-        if config.WhichOneof("config") == "custom_model_config":
-            raise ValueError(f"{path} holds a custom_model_config, to which models cannot be added: export to "
-                             f"another export_dir. Received: export_dir={str(self.path)!r}")
-        return config
+    @staticmethod
+    def _entry(config, name):
+        return next((entry for entry in config.model_config_list.config if entry.name == name), None)
+
+    def serves_this_root(self, entry, base_path="/models"):
+        """Whether a ``models.config`` entry serves this root's model directory of its name: the package's to change.
+
+        Its base path is that directory as the package writes it (`base_path`,
+        where TF Serving finds the root) or as this machine names it. Any other
+        is a folder elsewhere, and the entry the user's.
+        """
+        local = self.path / entry.name
+        ours = {posixpath.normpath(f"{base_path}/{entry.name}"), str(local.absolute()), str(local.resolve())}
+        return bool(entry.base_path) and posixpath.normpath(entry.base_path) in ours
+
+    def _check_users_entry(self, entry, base_path, received):
+        """Raises, naming it, if `entry` (None: no entry) serves a folder elsewhere: an export that needs it stops."""
+        if entry is not None and not self.serves_this_root(entry, base_path):
+            raise ValueError(f"{self.models_config}: its entry {entry.name!r} serves {entry.base_path}, not "
+                             f"{posixpath.join(base_path, entry.name)} (this export root's), so it is the user's and "
+                             f"never changed: export under another name (--name), or edit the entry. "
+                             f"Received: {received}")
+
+    def _check_labels(self, entry, version):
+        """Raises, naming the label, if serving only `version` (None: a new one) would leave a label of `entry` on
+        a version TF Serving no longer serves, which it refuses: the labels are the user's to move."""
+        stranded = sorted((label, labelled) for label, labelled in entry.version_labels.items() if labelled != version)
+        if stranded:
+            label, labelled = stranded[0]
+            serving = "a new version" if version is None else f"version {version}"
+            raise ValueError(f"{self.models_config}: its entry {entry.name!r} has the label {label!r} on version "
+                             f"{labelled}, which serving only {serving} would leave unserved (TF Serving refuses a "
+                             f"label on a version it does not serve): move or remove the label there first. "
+                             f"Received: name={entry.name!r}, version={version!r}")
+
+    def check_serve(self, name, version=None, base_path="/models"):
+        """Raises, naming the entry or label, unless ``models.config`` may serve only `version` (None: a new one)
+        of `name`: its entry, if any, is this root's, and no label of it names another version. Writes nothing."""
+        self._check_servable(self._entry(self.read_models_config(), name), version, base_path)
+
+    def _check_servable(self, entry, version, base_path):
+        if entry is not None:
+            self._check_users_entry(entry, base_path, f"name={entry.name!r}, version={version!r}")
+            self._check_labels(entry, version)
 
     def served_version(self, name):
         """The version of `name` that ``models.config`` serves (its largest specific one), or None."""
@@ -259,15 +298,16 @@ class ExportRoot:
         A model of the package new to the file gets an entry serving its first
         version (never its newest: a new version is served only when asked);
         a model directory of the user's gets none. `serve`
-        ({name: version}) makes those entries serve those versions. An entry
+        ({name: version}) makes those entries serve those versions, unless
+        one is the user's or a label of it would be left on a version no
+        longer served (`check_serve`: an error, nothing written). An entry
         that serves versions no longer on disk keeps those that are, else
-        serves the newest (TF Serving cannot load a missing version). Every
-        other entry, field, policy and label stays as it was. The file is
-        replaced atomically, under a lock, so concurrent exports never lose an
-        entry; temporary files of killed writers are removed.
+        serves the newest (TF Serving cannot load a missing version). An entry
+        serving a folder elsewhere, and every other field, policy and label,
+        stays as it was. The file is replaced atomically (through a link, the
+        file it points to), under a lock, so concurrent exports never lose an
+        entry; its header comments are kept (`config_file.write`).
         """
-        from google.protobuf import text_format
-
         serve = dict(serve or {})
         for name, version in serve.items():
             check_version(version, allow_none=False)
@@ -277,8 +317,10 @@ class ExportRoot:
                                         f"Received: name={name!r}, version={version!r}")
         path = self.models_config
         with file_lock(self.path / self.LOCK):  # write_atomically removes killed writers' temporaries, by name
-            config = self.read_models_config()
+            text, config = config_file.read(path, self.path)
             entries = {entry.name: entry for entry in config.model_config_list.config}
+            for name, version in serve.items():  # (checked before the export too; the file may have changed since)
+                self._check_servable(entries.get(name), version, base_path)
             for model_name in self.model_names():
                 versions = self.versions(model_name, "saved_model")
                 if not versions:
@@ -286,6 +328,8 @@ class ExportRoot:
                 entry = entries.get(model_name)
                 if entry is None and not self.exported_by_the_package(model_name):
                     continue  # the user's model, which the user chose not to serve here
+                if entry is not None and not self.serves_this_root(entry, base_path):
+                    continue  # the user's entry, serving a folder elsewhere: never changed
                 if entry is None:
                     entry = config.model_config_list.config.add(name=model_name, model_platform="tensorflow",
                                                                 base_path=f"{base_path}/{model_name}")
@@ -297,6 +341,6 @@ class ExportRoot:
                         served[:] = [v for v in served if v in versions] or [versions[-1]]
                 if model_name in serve:
                     entry.model_version_policy.specific.versions[:] = [serve[model_name]]
-            write_atomically(path, lambda tmp: tmp.write_text(text_format.MessageToString(config)))
+            config_file.write(path, config, text)
         return path
 
