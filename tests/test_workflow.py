@@ -162,3 +162,30 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
     assert not root.exists()
     path = workflow.export_source(run, root, allow_chance=True)
     assert metadata_of(path)["at_chance"]["eval_examples"] == 500
+
+
+def train_command(small_npz, run_dir, export_dir, runs_dir=None):
+    """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments."""
+    return ["train", "--model", "quadratic_tiny", "--model-overrides",
+            "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1",
+            "--batch-size", "40", "--jit-compile", "false", "--export-dir", str(export_dir),
+            *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)])]
+
+
+@pytest.mark.parametrize("run_dir, export_dir, runs_dir", [
+    ("same", "same", None),
+    ("saved/run", "saved", None),
+    ("run", "run/saved", None),
+    (None, "saved", "saved/runs"),
+])
+def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_training(small_npz, tmp_path, capsys,
+                                                                                       run_dir, export_dir, runs_dir):
+    from keras_attnconv import cli
+
+    paths = {name: tmp_path / value if value else None
+             for name, value in (("run_dir", run_dir), ("export_dir", export_dir), ("runs_dir", runs_dir))}
+    assert cli.main(train_command(small_npz, paths["run_dir"], paths["export_dir"], paths["runs_dir"])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(paths["export_dir"]) in err
+    assert str(paths["run_dir"] or paths["runs_dir"]) in err and "Received:" in err
+    assert list(tmp_path.iterdir()) == []  # before any run exists

@@ -18,7 +18,7 @@ from keras_attnconv.models.presets import from_preset, load_preset_metadata
 from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.run_directory import RunDirectory, preset_of
-from keras_attnconv.training.runs import finished_run
+from keras_attnconv.training.runs import finished_run, resolve_run_dir
 from keras_attnconv.utils.checks import check_bool
 
 
@@ -55,16 +55,39 @@ def export_run(config, run):
     return path
 
 
+def check_apart(run, export_dir):
+    """Raises ValueError, naming both, if the run directory and the export root are one inside the other.
+
+    Each has its own owner, which refuses the other's directory: found after
+    the training, the export would be refused, so it is refused before.
+    """
+    run_path, export_path = Path(run).resolve(), Path(export_dir).resolve()
+    if run_path == export_path:
+        relation = "is the run directory"
+    elif run_path in export_path.parents:
+        relation = "is inside the run directory"
+    elif export_path in run_path.parents:
+        relation = "holds the run directory"
+    else:
+        return
+    raise ValueError(f"The export root {export_dir} {relation} {run}: a run and an export root are separate "
+                     f"directories, neither inside the other. Pass another --export-dir (or --run-dir). "
+                     f"Received: run_dir={str(run)!r}, export_dir={str(export_dir)!r}")
+
+
 def train_and_export(config):
     """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics.
 
-    An export root that could not be written is an error before the training, not after it. A run that learned
+    An export root that could not be written, or that is inside the run directory (or holds it), is an error
+    before the training, not after it. A run that learned
     nothing is never exported: one stopped by `StopWhenNothingLearned` raises before the export, and a finished
     run whose best model is at chance is refused by `export_source` (`NothingLearnedError` either way).
     """
+    run = unexported_run(config)
+    if config.export_dir:
+        check_apart(run or resolve_run_dir(config), config.export_dir)
     if config.export_dir and keras.backend.backend() == "tensorflow":
         ExportRoot(config.export_dir).check()
-    run = unexported_run(config)
     if run is None:
         metrics = train(config)
         run = RunDirectory(metrics["run_dir"])
