@@ -479,7 +479,8 @@ def build_parser():
     tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
     tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
     tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
-    tabulating.add_argument("--commit", required=True, help="the package's commit the runs trained with")
+    tabulating.add_argument("--commit", help="the package's commit the runs trained with, for runs that did not "
+                                             "record it")
     tabulating.add_argument("--libraries", help='the versions, for runs that did not record them: "jax 0.11.2"')
     tabulating.add_argument("--device", help="the device, for runs that did not record it")
     tabulating.add_argument("--output", default="table1.json", help="JSON output (a .md table is written beside)")

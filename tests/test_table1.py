@@ -75,10 +75,16 @@ def test_two_finished_runs_of_one_model_are_refused(finished_run, small_npz, tmp
         table1_report([finished_run, copy], data_file=small_npz, device="a CPU", **REPORT)
 
 
-def test_a_run_records_its_device_and_libraries_for_the_results(finished_run, small_npz):
-    (run,) = table1_report([finished_run], data_file=small_npz, **REPORT)["runs"]
-    machine = json.loads((finished_run / "metrics.json").read_text())["machine"]
+def test_a_run_records_its_device_libraries_and_commit_for_the_results(finished_run, small_npz):
+    metrics = json.loads((finished_run / "metrics.json").read_text())
+    if metrics["package"]["commit"] is None:  # the tests ran from an installed package, not from a checkout
+        with pytest.raises(ValueError, match="does not record the package's commit"):
+            table1_report([finished_run], data_file=small_npz, data_name="the small sample")
+        return
+    (run,) = table1_report([finished_run], data_file=small_npz, data_name="the small sample")["runs"]
+    machine = metrics["machine"]
     assert run["device"] == machine["device"] and f"keras {machine['keras']}" in run["libraries"]
+    assert run["commit"] == metrics["package"]["commit"]
 
 
 def test_a_run_that_does_not_record_its_device_needs_it_named(finished_run, small_npz, tmp_path):

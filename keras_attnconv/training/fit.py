@@ -168,7 +168,7 @@ def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.models import build_model
     from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
     from keras_attnconv.models.summary import trainable_parameters
-    from keras_attnconv.utils.reports import device_description
+    from keras_attnconv.utils.reports import device_description, package_revision
 
     with build_scope(plan.strategy):
         model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
@@ -238,6 +238,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         "wall_seconds_this_session": time.perf_counter() - start,
         "history": csv_history(run.history),  # every epoch, also those of the processes before a resume
         "machine": device_description(),  # the device and library versions, for results files (`attnconv table1`)
+        "package": package_revision(),  # the code that trained it
         "preset": preset and str(preset),
     }
     run.write_metrics(metrics)

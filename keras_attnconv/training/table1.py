@@ -66,6 +66,7 @@ def run_record(path, device=None):
         "model": config["model"],
         "device": machine.get("device") or device,
         "libraries": ", ".join(f"{name} {machine[name]}" for name in _LIBRARIES if name in machine) or None,
+        "commit": (metrics or {}).get("package", {}).get("commit"),
         "settings": {k: v for k, v in sorted(config.items()) if k not in _PLACES},
         "epochs": config["epochs"],
         "epochs_completed": len(history.get("val_accuracy", [])),
@@ -86,7 +87,8 @@ def run_record(path, device=None):
     return record
 
 
-def table1_report(runs, *, data_name, data_file, commit, libraries=None, device=None, command=None, earlier=None):
+def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, device=None, command=None,
+                  earlier=None):
     """The Table 1 results of `runs` (run directories), as ``attnconv table1`` writes them.
 
     Args:
@@ -94,7 +96,7 @@ def table1_report(runs, *, data_name, data_file, commit, libraries=None, device=
             are kept as the first epochs of their schedule.
         data_name: what the data is ("CIFAR-10 (JPEG copy)").
         data_file: the file the data came from, whose digest is recorded.
-        commit: the package's commit the runs trained with.
+        commit: the package's commit the runs trained with, for runs that did not record it.
         libraries: the libraries' versions ("jax 0.11.2, keras 3.15.1"), for runs that did not record them.
         device: the device, for runs that did not record it.
         command: the command line that made the report.
@@ -104,9 +106,13 @@ def table1_report(runs, *, data_name, data_file, commit, libraries=None, device=
             data must be the same.
     """
     digest = file_digest(data_file)
-    records = [{**run_record(path, device), "commit": commit} for path in runs]
+    records = [run_record(path, device) for path in runs]
     for record in records:
         record["libraries"] = record["libraries"] or libraries
+        record["commit"] = commit or record["commit"]
+        if record["commit"] is None:
+            raise ValueError(f"The run of {record['recipe']} does not record the package's commit (trained from an "
+                             f"installed package, or before runs recorded it): name it. Received: commit=None")
     if earlier is not None:
         if earlier["data"]["digest"] != digest:
             raise ValueError(f"The earlier results were measured on other data ({earlier['data']['digest']}): "

@@ -39,6 +39,32 @@ def code_digest():
     return digest.hexdigest()[:16]
 
 
+def package_revision():
+    """``{"version", "commit"}`` of the package that runs: its version, and the git commit of its checkout.
+
+    The commit is None for an installed package (no checkout), and ends in ``+changes`` where the checkout's
+    package or tests differ from it: results files say which code made them.
+    """
+    import subprocess
+
+    from keras_attnconv.version import __version__
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    commit = None
+    if (root / ".git").exists():
+        def git(*args):
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                                  check=False).stdout.strip()
+
+        try:
+            commit = git("rev-parse", "--short", "HEAD") or None
+            if commit and git("status", "--porcelain", "--", "keras_attnconv", "tests"):
+                commit += "+changes"
+        except OSError:  # no git on this machine
+            commit = None
+    return {"version": __version__, "commit": commit}
+
+
 def write_report(output, results, markdown):
     """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`)."""
     json_path, markdown_path = report_paths(output)
