@@ -13,6 +13,7 @@ Pure Python: no framework is imported, so the command line checks a
 directory before TensorFlow or JAX loads.
 """
 
+import os
 from pathlib import Path
 
 from keras_attnconv.utils.files import read_json, write_json
@@ -32,28 +33,60 @@ class ForeignDirectoryError(FileExistsError):
 def mark_of(directory):
     """The kind named by the mark of `directory` (``"run"``, ``"preset"``, ``"export_root"``), or None.
 
-    A mark of a later layout than this package knows is an error: its
-    directory must not be changed by an older version.
+    None where there is no ``.keras_attnconv.json``. Anything else of that
+    name must be a valid mark: a file holding a JSON object whose
+    ``"package"`` is ``"keras_attnconv"``, ``"kind"`` one of `KINDS` (a
+    string) and ``"layout"`` an integer (not a float or a bool) from 1 to
+    `LAYOUT_VERSION`. Another one (a folder of that name, a damaged file, a
+    layout ``1.0``) is a `ForeignDirectoryError` naming it and what it holds:
+    its directory is not the package's to change. A mark of a later layout is
+    one too: its directory must not be changed by an older version.
     """
     path = Path(directory) / MARKER
+    if not os.path.lexists(path):
+        return None
+    if not path.is_file():
+        raise _invalid(path, "not a file", "a directory" if path.is_dir() else "not a regular file")
     try:
         mark = read_json(path)
-    except (OSError, ValueError):  # absent, a directory, unreadable or not JSON: no mark of ours
-        return None
-    if not (isinstance(mark, dict) and mark.get("package") == PACKAGE and mark.get("kind") in KINDS):
-        return None
-    layout = mark.get("layout")
-    if not isinstance(layout, int) or layout > LAYOUT_VERSION:
+    except OSError as error:
+        raise _invalid(path, f"unreadable: {error.strerror}", repr(str(path))) from None
+    except ValueError as error:
+        raise _invalid(path, f"not JSON: {error}", f"text={_shown(path.read_text(errors='replace'))}") from None
+    if not isinstance(mark, dict):
+        raise _invalid(path, "not a JSON object", f"mark={_shown(mark)}")
+    layout, kind = mark.get("layout"), mark.get("kind")
+    if mark.get("package") != PACKAGE:
+        raise _invalid(path, f'its "package" is not {PACKAGE!r}', f"package={_shown(mark.get('package'))}")
+    if type(layout) is not int or layout < 1:  # exactly an int: 1.0 and true are not layouts
+        raise _invalid(path, 'its "layout" is not a positive integer', f"layout={_shown(layout)}")
+    if layout > LAYOUT_VERSION:
         raise ForeignDirectoryError(f"{directory} was written by a later keras_attnconv (layout {layout!r}; this "
                                     f"version knows {LAYOUT_VERSION}): upgrade the package to use it. "
                                     f"Received: {str(directory)!r}")
-    return mark["kind"]
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise _invalid(path, f'its "kind" is not one of {", ".join(map(repr, KINDS))}', f"kind={_shown(kind)}")
+    return kind
+
+
+def _invalid(path, problem, received):
+    """The error for a `MARKER` that is no valid mark: it names the file, what is wrong and what it holds."""
+    return ForeignDirectoryError(f"{path} is not a valid mark of keras_attnconv ({problem}): its directory is not "
+                                 f"the package's to change; move {MARKER} away if the directory is yours. "
+                                 f"Received: {received}")
+
+
+def _shown(value, limit=60):
+    """`value`'s repr, cut to `limit` characters: what a message shows of what a file holds."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def write_mark(directory, kind):
     """Marks `directory` (created if needed) as a `kind` directory of the package, atomically."""
     if kind not in KINDS:
         raise ValueError(f"`kind` must be one of {', '.join(map(repr, KINDS))}. Received: kind={kind!r}")
+    mark_of(directory)  # a mark that is not valid (a folder of its name) is not the package's to replace
     write_json(Path(directory) / MARKER, {"package": PACKAGE, "kind": kind, "layout": LAYOUT_VERSION})
 
 
