@@ -172,6 +172,42 @@ def train_command(small_npz, run_dir, export_dir, runs_dir=None):
             *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)])]
 
 
+KILLED_TRAIN = """
+from keras_attnconv import cli
+from keras_attnconv.export.root import ExportRoot
+from keras_attnconv.training.run_directory import RunDirectory
+{kill}
+cli.main({command!r})
+"""
+
+#: Where `attnconv train` dies once its SavedModel is published: before models.config is merged, or after it
+#: and before the run's export.json is written.
+PUBLISHED_KILLS = {
+    "before models.config is merged": "die_before(ExportRoot, 'update_models_config')",
+    "before export.json is written": "die_before(RunDirectory, 'record_export')",
+}
+
+
+@pytest.mark.parametrize("kill", PUBLISHED_KILLS.values(), ids=PUBLISHED_KILLS.keys())
+def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_again(small_npz, tmp_path, kill,
+                                                                                    monkeypatch):
+    from support import run_until_killed
+
+    from keras_attnconv import cli
+
+    run, root = tmp_path / "run", tmp_path / "saved"
+    command = train_command(small_npz, run, root)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    run_until_killed(KILLED_TRAIN.format(kill=kill, command=command))
+    assert (root / "quadratic_tiny" / "1" / "saved_model.pb").exists()
+    assert not (run / RunDirectory.EXPORT_RECORD).exists()
+
+    assert cli.main(command) == 0  # the same command: the published version is found and recorded
+    assert export.ExportRoot(root).versions("quadratic_tiny") == [1]
+    assert json.loads((run / RunDirectory.EXPORT_RECORD).read_text())["export"] == str(root / "quadratic_tiny" / "1")
+    assert export.served_version(root, "quadratic_tiny") == 1
+
+
 @pytest.mark.parametrize("run_dir, export_dir, runs_dir", [
     ("same", "same", None),
     ("saved/run", "saved", None),

@@ -171,16 +171,28 @@ class ExportRoot:
         version_file = VERSION_FILES[format or self.format]
         return sorted(int(p.name) for p in model_dir.iterdir() if _is_version_dir(p) and (p / version_file).exists())
 
+    def _metadata(self, name, version):
+        """What version `version` of `name` says it is (its metadata.json), or {} where it says nothing readable."""
+        try:
+            metadata = json.loads((self.path / name / str(version) / METADATA_FILES[self.format]).read_text())
+        except (OSError, ValueError):
+            return {}
+        return metadata if isinstance(metadata, dict) else {}
+
     def exported_by_the_package(self, name):
         """Whether a version of `name` was exported by keras_attnconv (its metadata says so)."""
+        return any("keras_attnconv_version" in self._metadata(name, version) for version in self.versions(name))
+
+    def version_exported_from(self, name, source_digest):
+        """The version directory of `name` whose metadata records `source_digest` (what it was exported from).
+
+        None if there is none: how a command run again after a kill finds the
+        export it already published instead of publishing it again.
+        """
         for version in self.versions(name):
-            try:
-                metadata = json.loads((self.path / name / str(version) / METADATA_FILES[self.format]).read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(metadata, dict) and "keras_attnconv_version" in metadata:
-                return True
-        return False
+            if self._metadata(name, version).get("source_digest") == source_digest:
+                return self.path / name / str(version)
+        return None
 
     def next_version(self, name):
         """1 + the largest numbered directory of `name`, complete or not (1 if none)."""

@@ -4,8 +4,13 @@ Training knows nothing of serving: a finished run is a finished
 `RunDirectory`. The export step records its SavedModel in the run
 (``export.json``) when it is published, so running the same command again
 after a crash during the export finishes the export instead of training a new run.
+The published version names what it was exported from (its preset's digest,
+``source_digest`` in its metadata), so a crash between the publication and
+``export.json`` is finished by recording that version, never by publishing
+the run again.
 """
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -46,13 +51,40 @@ def export_run(config, run):
         return None
 
     with run.lock():
-        path = export_source(run.path, config.export_dir)
+        path = published_export(run, config.export_dir) or export_source(run.path, config.export_dir)
         run.record_export(path)
     served = served_version(config.export_dir, path.parent.name)
     if served != int(path.name):
         print(f"Exported {path}; models.config serves version {served} of {path.parent.name}. To serve this one: "
               f"attnconv serve {path.parent.name} {path.name} --export-dir {config.export_dir}", file=sys.stderr)
     return path
+
+
+def published_export(run, export_dir):
+    """The version of `export_dir` already exported from `run`'s preset (its `source_digest`), or None.
+
+    A run killed after its export was published but before ``export.json``
+    was written is found so: the same command then records that version
+    (merging it into ``models.config``, which the kill may have come before)
+    instead of publishing the run again.
+    """
+    preset = preset_of(run.path)
+    root = ExportRoot(export_dir)
+    path = root.version_exported_from(load_preset_metadata(preset)["model"], source_digest(preset))
+    if path is not None:
+        root.update_models_config()
+        print(f"{run} was already exported as {path}; recording it.", file=sys.stderr)
+    return path
+
+
+def source_digest(preset):
+    """What a preset is, as ``"sha256:<hex>"`` of its files (names, sizes, bytes): a version exported from it
+    records it (its metadata.json holds the time it was written, so no two presets share it)."""
+    digest = hashlib.sha256()
+    for file in sorted(path for path in Path(preset).rglob("*") if path.is_file()):
+        content = file.read_bytes()
+        digest.update(f"{file.relative_to(preset).as_posix()}\0{len(content)}\0".encode() + content)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def check_apart(run, export_dir):
@@ -127,8 +159,8 @@ def export_source(source, export_dir=None, *, allow_chance=False, **kwargs):
             f"Received: source={str(source)!r}")
     checked = {"allow_chance": True, **({"at_chance": chance} if chance else {})} if allow_chance else {}
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
-    metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()), **checked,
-                **(kwargs.pop("metadata", None) or {})}
+    metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()),
+                "source_digest": source_digest(preset), **checked, **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
 
 
