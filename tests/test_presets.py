@@ -396,3 +396,39 @@ def test_a_preset_under_a_file_or_a_read_only_folder_is_named_as_given(tmp_path,
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("where, preset_dir, overwrite", [
+    ("p", ".", True),  # was OSError "Device or resource busy" on an exchange with "."
+    ("p", "absolute", True),  # was replaced, leaving the process in a removed directory
+    ("p", "symlink", True),
+    ("empty", ".", False),
+    ("p/inside", "..", True),
+])
+def test_the_working_directory_is_refused_as_preset_dir_naming_it(tmp_path, monkeypatch, where, preset_dir,
+                                                                   overwrite):
+    save_to_preset(small_model(), tmp_path / "p")
+    (tmp_path / "p" / "inside").mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / where)
+    given = {"absolute": str(tmp_path / where), "symlink": str(tmp_path / "link")}.get(preset_dir, preset_dir)
+    monkeypatch.chdir(tmp_path / where)
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError) as raised:
+        save_to_preset(small_model(num_layers=2), given, overwrite=overwrite)
+    assert str(raised.value).startswith(f"preset_dir={given!r} is the working directory {tmp_path / where} or holds")
+    assert str(raised.value).endswith(f"Received: preset_dir={given!r}")
+    assert snapshot(tmp_path) == before and Path.cwd() == tmp_path / where
+
+
+@pytest.mark.parametrize("metadata, says", [
+    ([1, 2], "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata=[1, 2]"),
+    ("recipe", "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata='recipe'"),
+    ({"tags": {"a"}}, "must hold JSON values only: Object of type set is not JSON serializable. "
+                      "Received: metadata={'tags': {'a'}}"),
+])
+def test_metadata_that_is_no_json_object_is_named_and_nothing_written(tmp_path, metadata, says):
+    with pytest.raises(ValueError) as raised:
+        save_to_preset(small_model(), tmp_path / "p", metadata=metadata)
+    assert str(raised.value) == f"`metadata` {says}"
+    assert list(tmp_path.iterdir()) == []

@@ -74,9 +74,12 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     Args:
         model: an `AttentionClassifier` or `ResNet` (`build_model`, `from_preset`).
         preset_dir: the directory to write; its parent is created if needed.
-            It must be absent, empty, or (with `overwrite`) a preset.
-        metadata: JSON-serializable fields added to ``metadata.json`` (e.g.
-            ``{"metrics": {...}, "recipe": {...}}``). A field that describes
+            It must be absent, empty, or (with `overwrite`) a preset, and
+            neither the working directory nor one holding it (``"."`` from
+            inside a preset): a ValueError, as a rename cannot replace it.
+        metadata: None or a dict of JSON-serializable fields added to
+            ``metadata.json`` (e.g. ``{"metrics": {...}, "recipe": {...}}``);
+            anything else is a ValueError naming it. A field that describes
             the model (`DESCRIBING_FIELDS`) must say what the model is: a
             contradiction is a ValueError naming the field and both values,
             before anything is written (`from_preset` would refuse the preset).
@@ -93,17 +96,28 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     """
     check_zoo_model(model)
     check_bool("overwrite", overwrite)
+    if not isinstance(metadata, (dict, type(None))):
+        raise ValueError(f"`metadata` must be None or a dict of fields (a JSON object) added to metadata.json. "
+                         f"Received: metadata={metadata!r}")
     check_writable(preset_dir, "preset_dir", beside=True)  # staged in its parent: a name the user gave, not ours
-    preset_dir = Path(preset_dir)
+    given, preset_dir = preset_dir, Path(preset_dir)
     if preset_dir.is_symlink():  # the preset it points to is the one asked for
         preset_dir = preset_dir.resolve()
+    working = Path.cwd()
+    if preset_dir.resolve() in (working, *working.parents):
+        raise ValueError(f"preset_dir={str(given)!r} is the working directory {working} or holds it: a preset is "
+                         f"published by renaming a whole directory onto it, which cannot replace the directory a "
+                         f"process works in. Save it from another directory. Received: preset_dir={str(given)!r}")
     exists = FileExistsError(f"{preset_dir} exists: pass overwrite=True to replace it. "
                              f"Received: preset_dir={str(preset_dir)!r}")
     check_owned(preset_dir, KIND, "preset_dir", adopt=_is_earlier_preset)
     if _is_our_preset(preset_dir) and not overwrite:
         raise exists
     record = {**model_metadata(model), **(metadata or {})}
-    json.dumps(record, allow_nan=False)  # not JSON (a type, a NaN): an error before anything is written
+    try:  # not JSON (a type, a NaN): an error before anything is written
+        json.dumps(record, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`metadata` must hold JSON values only: {error}. Received: metadata={metadata!r}") from None
     contradiction = _contradiction(model, metadata or {})
     if contradiction:  # from_preset would refuse the preset: it must not be written
         field, said, built = contradiction
