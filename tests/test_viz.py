@@ -296,6 +296,24 @@ def test_a_run_still_training_is_drawn_from_its_best_checkpoint_so_far(tmp_path)
     assert len(_head_panels(drawn.figures["attention_maps_0"])) == 2 * 2 * 9
 
 
+@pytest.mark.parametrize("keep", [0, 100, 0.5])
+def test_a_damaged_best_checkpoint_of_a_run_still_training_is_named_not_reported_missing(tmp_path, capsys, keep):
+    run = RunDirectory(tmp_path / "run")
+    run.claim()
+    run.config_file.write_text('{"dataset": "cifar10_sample"}')
+    run.best_checkpoint.parent.mkdir()
+    build_model("quadratic_tiny", seed=0, **SMALL).save(run.best_checkpoint)
+    whole = run.best_checkpoint.read_bytes()
+    run.best_checkpoint.write_bytes(whole[:int(keep * len(whole)) if isinstance(keep, float) else keep])
+    before = snapshot(tmp_path)
+    assert cli.main(["plot", str(run)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert (f"error: {run.best_checkpoint} cannot be loaded (not a whole .keras zip archive); it was damaged after "
+            f"training wrote it. Received: run_dir='{run}'") in error, error
+    assert len(error.splitlines()) == 1 and "File not found" not in error
+    assert snapshot(tmp_path) == before
+
+
 def test_a_runs_figures_that_links_to_a_users_folder_is_that_users_folder(tmp_path, capsys):
     # A run's figures/ that is a symbolic link is not the run's: what it points to is judged as any folder (here
     # the user's, holding the names the figures would take), and nothing in it is replaced.

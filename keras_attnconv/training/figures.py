@@ -60,8 +60,6 @@ def _what_to_draw(source):
     when it is the run); a run still training (no preset yet) gives its best
     checkpoint so far, with its ``config.json`` as the recipe.
     """
-    import keras
-
     from keras_attnconv.models.presets import from_preset, load_preset_metadata
     from keras_attnconv.training.run_directory import RunDirectory, preset_of
 
@@ -72,8 +70,7 @@ def _what_to_draw(source):
         if not (source_run.is_ours() and source_run.best_checkpoint.exists()):
             raise
         config = source_run.read_config() or {}
-        model = keras.saving.load_model(source_run.best_checkpoint, compile=False)
-        return model, {"dataset": config.get("dataset"), "recipe": config}, source_run
+        return source_run.load_best_checkpoint(), {"dataset": config.get("dataset"), "recipe": config}, source_run
     metadata = load_preset_metadata(preset)
     run = source_run if source_run.is_ours() else None
     recorded = metadata.get("training_run")

@@ -25,7 +25,7 @@ records without that config are not a run's, and a run's records are removed
 only where its ``config.json`` names this very directory
 (`RunDirectory.check_records_are_its_own`).
 
-Pure Python: no framework is imported.
+Pure Python: no framework is imported, but by `RunDirectory.load_best_checkpoint` (Keras, when it runs).
 """
 
 import contextlib
@@ -162,6 +162,27 @@ class RunDirectory:
             return None
         return read_json_object(self.config_file, "the run directory was damaged. Pass another --run-dir. "
                                                   f"Received: run_dir={str(self.path)!r}")
+
+    def load_best_checkpoint(self):
+        """The model of ``checkpoints/best.keras``, uncompiled; a damaged file is one ValueError naming it.
+
+        Keras reports an archive cut short as "File not found", of a file that
+        is there: the error says what is wrong with it instead.
+        """
+        import zipfile
+
+        import keras
+
+        path = self.best_checkpoint
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is absent: the run has no best model yet. "
+                                    f"Received: run_dir={str(self.path)!r}")
+        try:
+            return keras.saving.load_model(path, compile=False)
+        except Exception as error:  # noqa: BLE001 - Keras' and h5py's errors for a damaged archive
+            reason = " ".join(str(error).split()) if zipfile.is_zipfile(path) else "not a whole .keras zip archive"
+            raise ValueError(f"{path} cannot be loaded ({reason}); it was damaged after training wrote it. "
+                             f"Received: run_dir={str(self.path)!r}") from None
 
     def path_from_preset(self):
         """Where the run is, seen from its preset (what the preset's metadata records: never an absolute path)."""
