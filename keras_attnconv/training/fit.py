@@ -132,11 +132,7 @@ def _save_best_as_preset(config, plan, run):
 
     if run.preset_dir.exists():
         return run.preset_dir
-    try:
-        best = keras.saving.load_model(run.best_checkpoint, compile=False)
-    except Exception as error:  # Keras reports a damaged archive as "File not found" or a zip error
-        raise ValueError(f"{run.best_checkpoint} cannot be loaded ({error}); it was damaged after "
-                         f"training wrote it. Received: run_dir={str(run)!r}") from None
+    best = run.load_best_checkpoint()
     best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
     record = json.loads(run.best_record.read_text())
