@@ -9,12 +9,24 @@ from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.siren_score import SirenScore
 from keras_attnconv.utils.checks import check_choice
 
+#: The position scores by name: the one list that `RelativeMultiHeadAttention`, `AttentionClassifier` and
+#: `build_model(..., position_score=name)` take a name from. A new score is a `PositionScore` subclass added here.
 POSITION_SCORES = {
     "quadratic": QuadraticScore,
     "gaussian": GaussianScore,
     "learned": LearnedRelativeScore,
     "siren": SirenScore,
 }
+
+
+def position_score_class(name):
+    """The `PositionScore` subclass registered as `name` in `POSITION_SCORES`; another name is a ValueError naming it."""
+    names = sorted(POSITION_SCORES)
+    if not isinstance(name, str):  # None or a number: no name to suggest one close to
+        raise ValueError(f"`position_score` must be one of {', '.join(map(repr, names))}. "
+                         f"Received: position_score={name!r}")
+    check_choice("position_score", name, names)
+    return POSITION_SCORES[name]
 
 
 def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
@@ -38,8 +50,7 @@ def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
             raise ValueError(f"`position_score` config does not describe a PositionScore. Received: {identifier}")
         return layer
     if isinstance(identifier, str):
-        check_choice("position_score", identifier, sorted(POSITION_SCORES))
-        return POSITION_SCORES[identifier].from_arguments(num_heads, key_dim=key_dim, **kwargs)
+        return position_score_class(identifier).from_arguments(num_heads, key_dim=key_dim, **kwargs)
     raise ValueError(
         "`position_score` must be a name, a PositionScore layer or its config. "
         f"Received: position_score={identifier!r}"

@@ -55,7 +55,8 @@ from keras_attnconv.layers.dropout import Dropout
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments
-from keras_attnconv.layers.position_score_factory import POSITION_SCORES, check_score_fits_attention, get_position_score
+from keras_attnconv.layers.position_score_factory import (
+    POSITION_SCORES, check_score_fits_attention, get_position_score, position_score_class)
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import (
     window_position_terms,
@@ -63,7 +64,7 @@ from keras_attnconv.layers.windowed_attention import (
     windowed_attention,
     windowed_multiply_adds,
 )
-from keras_attnconv.utils.checks import check_bool, check_choice, check_positive_int, check_positive_number, check_rate
+from keras_attnconv.utils.checks import check_bool, check_positive_int, check_positive_number, check_rate
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 # The constructor's arguments, in the order of `get_config`.
@@ -88,7 +89,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     Args:
         num_heads: int, number of heads.
         output_dim: int or None, output channels (default: input channels).
-        position_score: name (``"quadratic"``, ``"gaussian"``, ``"learned"``),
+        position_score: a name of `POSITION_SCORES` (``"quadratic"``, ``"gaussian"``, ``"learned"``, ...),
             a `PositionScore` layer, or its serialized config; None when no
             position term is used. Names are built with ``num_heads`` heads
             and ``key_dim`` (see `get_position_score`).
@@ -459,6 +460,6 @@ def _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, ter
             "Received: position_score=None"
         )
     if needs_positions and isinstance(position_score, str):  # built in build(), checked now
-        check_choice("position_score", position_score, sorted(POSITION_SCORES))
+        position_score_class(position_score)
     if separable not in ("auto", True, False):
         raise ValueError(f"`separable` must be 'auto', True or False. Received: separable={separable!r}")

@@ -10,7 +10,6 @@ from keras_attnconv.layers import (
     GaussianScore,
     InvertibleDownsampling,
     LearnedPositionEmbedding,
-    POSITION_SCORES,
     LearnedRelativeScore,
     QuadraticScore,
     RelativeMultiHeadAttention,
@@ -20,6 +19,7 @@ from keras_attnconv.layers import (
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.position_score import OFFICIAL_CENTER_STDDEV
+from keras_attnconv.layers.position_score_factory import position_score_class
 from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.validation import check_config_fields, check_sizes
 from keras_attnconv.utils.checks import check_choice, check_positive_int, did_you_mean, plain_numbers
@@ -49,8 +49,9 @@ class AttentionClassifierConfig(ClassifierConfig):
         num_heads: heads per block, an int or one int per block (pruned models).
         hidden_dim: token width.
         intermediate_dim: feed-forward width.
-        position_score: ``"quadratic"``, ``"gaussian"``, ``"learned"``, ``"siren"``,
-            or None when no relative position term is used.
+        position_score: a name of `keras_attnconv.layers.POSITION_SCORES`
+            (``"quadratic"``, ``"gaussian"``, ``"learned"``, ``"siren"``, or
+            one registered there), or None when no relative position term is used.
         position_embedding_dim: ``D_p`` of the learned encoding, an even
             positive int (half embeds the row shift, half the column shift);
             None means ``hidden_dim`` (its even part).
@@ -153,11 +154,8 @@ class AttentionClassifierConfig(ClassifierConfig):
         if self.absolute_encoding not in (None, *ABSOLUTE_ENCODINGS):
             raise ValueError(f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
                              f"Received: absolute_encoding={self.absolute_encoding!r}")
-        if uses_positions and self.position_score not in ("quadratic", "gaussian", "learned", "siren"):
-            raise ValueError(
-                "`position_score` must be 'quadratic', 'gaussian', 'learned' or 'siren'. "
-                f"Received: position_score={self.position_score!r}"
-            )
+        if uses_positions:
+            position_score_class(self.position_score)
         if self.attention_span is not None:
             if not isinstance(self.attention_span, dict):
                 raise ValueError("`attention_span` must be None or a dict of AttentionSpan arguments. "
@@ -208,7 +206,7 @@ class AttentionClassifierConfig(ClassifierConfig):
         content = self.use_content_content or self.use_content_position or options.get("use_key_bias", False)
         if window is not None:
             keys = window[0] * window[1]
-        elif (not content and POSITION_SCORES[self.position_score].separable and options.get("separable") is not False
+        elif (not content and position_score_class(self.position_score).separable and options.get("separable") is not False
               and (span is None or span.separable)):
             keys = 2 * side  # a row pass and a column pass
         else:

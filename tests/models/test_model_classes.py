@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
+from keras_attnconv.layers.encoder import encoder_blocks
 from keras_attnconv.models.attention_classifier import with_attention_options
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
@@ -277,3 +278,62 @@ def test_compile_alone_fits_one_hot_labels_with_a_categorical_loss_too():
 def test_with_config_that_changes_a_weights_shape_is_named():
     with pytest.raises(ValueError, match="must keep every weight's shape.*Received: num_classes=3"):
         build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)
+
+
+NEW_SCORE_MODULE = '''
+"""A position score of the user's, added the documented way (docs/layers.md)."""
+from keras import ops
+
+from keras_attnconv.layers import POSITION_SCORES, PositionScore
+from keras_attnconv.layers.shift_geometry import axis_shifts
+
+
+class ManhattanScore(PositionScore):
+    """-beta_h * (|delta_1| + |delta_2|): a row term plus a column term."""
+
+    encoding_dim = 2
+    separable = True
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.beta = self._add_float32_weight("beta", (self.num_heads,), "ones")
+
+    def axis_scores(self, height, width):
+        beta = ops.convert_to_tensor(self.beta)[:, None, None]
+        return -beta * ops.abs(axis_shifts(height)), -beta * ops.abs(axis_shifts(width))
+
+
+POSITION_SCORES["manhattan"] = ManhattanScore
+'''
+
+
+@pytest.fixture
+def manhattan_score(tmp_path, monkeypatch):
+    """Imports `NEW_SCORE_MODULE` from a file (it registers "manhattan"); removed again after the test."""
+    import importlib
+
+    from keras_attnconv.layers import POSITION_SCORES
+
+    (tmp_path / "my_manhattan_score.py").write_text(NEW_SCORE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield importlib.import_module("my_manhattan_score").ManhattanScore
+    finally:
+        POSITION_SCORES.pop("manhattan", None)
+        sys.modules.pop("my_manhattan_score", None)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: build_model("quadratic_tiny", position_score="manhattan", **SMALL),
+    lambda: AttentionClassifier(position_score="manhattan", num_heads=2, **SMALL),
+    lambda: get_model_config("quadratic_tiny", position_score="manhattan", **SMALL).build(),
+])
+def test_a_position_score_registered_the_documented_way_is_taken_by_the_models(manhattan_score, build):
+    model = build()
+    scores = [block.attention.position_score for block in encoder_blocks(model)]
+    assert scores and all(isinstance(score, manhattan_score) for score in scores)
+    logits = keras.ops.convert_to_numpy(model(pixels()))
+    assert logits.shape == (2, 10) and np.isfinite(logits).all()
+    with pytest.raises(ValueError, match="`position_score` must be one of .*'manhattan'.* Received: "
+                                         "position_score='manhatan'"):
+        build_model("quadratic_tiny", position_score="manhatan", **SMALL)
