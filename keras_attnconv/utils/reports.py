@@ -45,10 +45,13 @@ def package_revision():
     The commit is None for an installed package (no checkout), and ends in ``+changes`` where the checkout's
     package or tests differ from it: results files say which code made them.
     """
+    import importlib.metadata
     import subprocess
 
-    from keras_attnconv.version import __version__
-
+    try:
+        version = importlib.metadata.version("keras-attnconv")  # not `version.py`: utils imports no other entry
+    except importlib.metadata.PackageNotFoundError:  # sources on the path, not installed
+        version = None
     root = pathlib.Path(__file__).resolve().parents[2]
     commit = None
     if (root / ".git").exists():
@@ -62,7 +65,7 @@ def package_revision():
                 commit += "+changes"
         except OSError:  # no git on this machine
             commit = None
-    return {"version": __version__, "commit": commit}
+    return {"version": version, "commit": commit}
 
 
 def write_report(output, results, markdown):
