@@ -57,3 +57,14 @@ def test_a_folder_named_like_the_mark_is_named_not_replaced_through_a_hidden_tem
     assert str(raised.value).startswith(f"{directory / MARKER} is not a valid mark of keras_attnconv (not a file)")
     assert str(raised.value).endswith("Received: a directory") and ".tmp-" not in str(raised.value)
     assert snapshot(tmp_path) == before
+
+
+def test_a_mark_being_written_by_another_process_leaves_the_directory_free(tmp_path):
+    # Two exports into one new root at once: the second saw the first's hidden temporary of the mark (named by
+    # `write_json`) as a user's file, and refused the root (CI, 1 run in about 10).
+    from keras_attnconv.utils.ownership import check_owned, visible_entries
+    from keras_attnconv.utils.staging import temporary_name
+
+    (tmp_path / temporary_name(f"{MARKER}.", ".json")).write_text("{")
+    assert visible_entries(tmp_path) == []
+    assert check_owned(tmp_path, "export_root", "export_dir") is False  # free: nothing of anyone's there yet

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from keras_attnconv.utils.files import read_json, write_json
+from keras_attnconv.utils.staging import is_temporary
 
 MARKER = ".keras_attnconv.json"
 PACKAGE = "keras_attnconv"
@@ -96,7 +97,7 @@ def visible_entries(directory):
     if not path.is_dir():
         return []
     return sorted(entry.name for entry in path.iterdir()
-                  if entry.name != MARKER and not entry.name.startswith(f".{MARKER}.tmp-"))
+                  if entry.name != MARKER and not is_temporary(entry.name, f"{MARKER}.", Path(MARKER).suffix))
 
 
 def what_it_holds(directory, limit=5):
