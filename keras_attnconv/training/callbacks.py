@@ -13,6 +13,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_attnconv.analysis.charts import accuracy_standard_error
 from keras_attnconv.utils.files import check_free_space, write_atomically, write_json
 
 
@@ -224,7 +225,7 @@ def chance_interval(classes, examples):
     if classes < 2 or examples < 16 * (classes - 1):
         return None
     chance = 1.0 / classes
-    half_width = 2.0 * math.sqrt(chance * (1.0 - chance) / examples)
+    half_width = 2.0 * accuracy_standard_error(chance, examples)
     return chance - half_width, chance + half_width
 
 

@@ -11,9 +11,9 @@ and digest; what is not measured yet, said so.
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
+from keras_attnconv.analysis.charts import accuracy_standard_error
 from keras_attnconv.models import get_paper_figures
 from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.run_directory import RunDirectory
@@ -34,11 +34,6 @@ def file_digest(path):
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
-
-
-def standard_error(accuracy, examples):
-    """The standard error of an accuracy measured on `examples` images (binomial)."""
-    return math.sqrt(accuracy * (1.0 - accuracy) / examples)
 
 
 def run_record(path, device=None):
@@ -80,7 +75,7 @@ def run_record(path, device=None):
         accuracy, examples = metrics["eval_accuracy"], metrics["eval_examples"]
         best = json.loads(run.best_record.read_text()) if run.best_record.exists() else {}
         record.update(test_accuracy=accuracy, test_examples=examples,
-                      standard_error=standard_error(accuracy, examples),
+                      standard_error=accuracy_standard_error(accuracy, examples),
                       training_minutes=metrics["wall_seconds_this_session"] / 60,
                       best_epoch=best.get("epoch"), best_test_accuracy=best.get("val_accuracy"),
                       precision=metrics["precision"], step_path=metrics["step_path"])

@@ -51,7 +51,9 @@ def export_run(config, run):
         return None
 
     with run.lock():
-        path = published_export(run, config.export_dir) or export_source(run.path, config.export_dir)
+        digest = source_digest(preset_of(run.path))  # read once: the preset holds the model's weights
+        path = (published_export(run, config.export_dir, digest)
+                or export_source(run.path, config.export_dir, digest=digest))
         run.record_export(path)
     served = served_version(config.export_dir, path.parent.name)
     if served != int(path.name):
@@ -60,8 +62,8 @@ def export_run(config, run):
     return path
 
 
-def published_export(run, export_dir):
-    """The version of `export_dir` already exported from `run`'s preset (its `source_digest`), or None.
+def published_export(run, export_dir, digest):
+    """The version of `export_dir` already exported from `run`'s preset (`digest`, its `source_digest`), or None.
 
     A run killed after its export was published but before ``export.json``
     was written is found so: the same command then records that version
@@ -70,7 +72,7 @@ def published_export(run, export_dir):
     """
     preset = preset_of(run.path)
     root = ExportRoot(export_dir)
-    path = root.version_exported_from(load_preset_metadata(preset)["model"], source_digest(preset))
+    path = root.version_exported_from(load_preset_metadata(preset)["model"], digest)
     if path is not None:
         root.update_models_config()
         print(f"{run} was already exported as {path}; recording it.", file=sys.stderr)
@@ -133,7 +135,7 @@ def train_and_export(config):
     return metrics
 
 
-def export_source(source, export_dir=None, *, allow_chance=False, **kwargs):
+def export_source(source, export_dir=None, *, allow_chance=False, digest=None, **kwargs):
     """Exports the model of a training run or a preset (`preset_of`), with its metadata; see `export_model`.
 
     A model whose recorded validation accuracy (the preset's ``metrics``) is at
@@ -143,6 +145,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, **kwargs):
     ``metadata.json`` then records ``"allow_chance": true`` and what was at
     chance (``"at_chance"``). A preset that records no accuracy, or too few
     images to tell (`callbacks.chance_interval`), is exported as it is.
+    `digest` is the preset's `source_digest`, where the caller has it already.
     """
     check_bool("allow_chance", allow_chance)
     root = ExportRoot(export_dir, kwargs.get("format", "saved_model"))
@@ -160,7 +163,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, **kwargs):
     checked = {"allow_chance": True, **({"at_chance": chance} if chance else {})} if allow_chance else {}
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
     metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()),
-                "source_digest": source_digest(preset), **checked, **(kwargs.pop("metadata", None) or {})}
+                "source_digest": digest or source_digest(preset), **checked, **(kwargs.pop("metadata", None) or {})}
     return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
 
 
