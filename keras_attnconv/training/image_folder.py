@@ -30,6 +30,7 @@ import numpy as np
 
 from keras_attnconv.training.data import DatasetInfo, _channel_statistics
 from keras_attnconv.utils.files import write_atomically
+from keras_attnconv.utils.reports import usable_cpus
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 SPLIT_NAMES = ("train", "test", "validation")  # a folder of these holding folders: DIR is split by folders
@@ -293,7 +294,7 @@ def _decode_all(paths, name):
     from PIL import Image
 
     Image.preinit()  # the JPEG and PNG plugins, imported before any fork
-    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 16)
+    workers = min(usable_cpus() or 1, 16)
     if len(paths) < PARALLEL_FROM or workers < 2:
         return _decode_chunk(paths, name)
     if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():

@@ -37,8 +37,7 @@ from pathlib import Path
 
 from keras_attnconv.utils.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
 from keras_attnconv.utils.checks import check_path
-from keras_attnconv.utils.files import check_writable, file_lock, read_json_object, write_json
-from keras_attnconv.utils.staging import is_temporary
+from keras_attnconv.utils.files import check_writable, file_lock, is_temporary_of, read_json_object, write_json
 
 
 class RunInUseError(RuntimeError):
@@ -208,7 +207,7 @@ class RunDirectory:
         config = self.read_config()
         if config is None:
             records = [name for name in visible_entries(self.path)
-                       if name != self.LOCK and not is_temporary(name, f"{self.CONFIG}.", ".json")]
+                       if name != self.LOCK and not is_temporary_of(name, self.CONFIG)]
             if records:
                 raise ForeignDirectoryError(
                     f"{self.path} holds {', '.join(records[:5])} beside a run's mark but no {self.CONFIG}, which a "

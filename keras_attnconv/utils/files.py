@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from keras_attnconv.utils.checks import check_path
-from keras_attnconv.utils.staging import dead_writers_temporaries, remove, temporary_name
+from keras_attnconv.utils.staging import dead_writers_temporaries, is_temporary, remove, temporary_name
 
 
 def read_json(path):
@@ -34,6 +34,16 @@ def read_json_object(path, context):
     return value
 
 
+def _temporary_affixes(name):
+    """(prefix, suffix) of the temporaries `write_atomically` makes for the file `name` (`staging.temporary_name`)."""
+    return f"{name}.", Path(name).suffix
+
+
+def is_temporary_of(entry, name):
+    """Whether the file name `entry` is a temporary `write_atomically` makes for the file `name` (of any writer)."""
+    return is_temporary(entry, *_temporary_affixes(name))
+
+
 def write_atomically(path, write):
     """Calls ``write(tmp_path)`` then renames onto `path`: readers never see half a file.
 
@@ -43,10 +53,10 @@ def write_atomically(path, write):
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f"{path.name}."
-    for leftover in dead_writers_temporaries(path.parent, prefix, path.suffix):
+    affixes = _temporary_affixes(path.name)
+    for leftover in dead_writers_temporaries(path.parent, *affixes):
         remove(leftover)
-    tmp = path.parent / temporary_name(prefix, path.suffix)
+    tmp = path.parent / temporary_name(*affixes)
     try:
         write(tmp)
         os.replace(tmp, path)

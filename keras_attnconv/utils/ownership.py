@@ -16,8 +16,7 @@ directory before TensorFlow or JAX loads.
 import os
 from pathlib import Path
 
-from keras_attnconv.utils.files import read_json, write_json
-from keras_attnconv.utils.staging import is_temporary
+from keras_attnconv.utils.files import is_temporary_of, read_json, write_json
 
 MARKER = ".keras_attnconv.json"
 PACKAGE = "keras_attnconv"
@@ -97,7 +96,7 @@ def visible_entries(directory):
     if not path.is_dir():
         return []
     return sorted(entry.name for entry in path.iterdir()
-                  if entry.name != MARKER and not is_temporary(entry.name, f"{MARKER}.", Path(MARKER).suffix))
+                  if entry.name != MARKER and not is_temporary_of(entry.name, MARKER))
 
 
 def what_it_holds(directory, limit=5):
