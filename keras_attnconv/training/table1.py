@@ -46,10 +46,10 @@ def run_record(path, device=None):
     where the run did not record it.
     """
     run = RunDirectory(check_path("run", path))
-    if not run.is_ours() or run.read_config() is None:
+    config = run.read_config() if run.is_ours() else None
+    if config is None:
         raise ValueError(f"{str(path)!r} is not a training run of the package (no run mark and config.json). "
                          f"Received: run={str(path)!r}")
-    config = run.read_config()
     metrics = json.loads(run.metrics_file.read_text()) if run.metrics_file.exists() else None
     history = metrics["history"] if metrics else csv_history(run.history)
     machine = (metrics or {}).get("machine", {})
