@@ -10,7 +10,7 @@ from support import requires_tensorflow, served_config
 from keras_attnconv import from_preset
 from keras_attnconv.export import export_model
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 
 pytestmark = requires_tensorflow
 

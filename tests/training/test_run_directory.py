@@ -283,7 +283,7 @@ RUN_LAYOUT = (RunDirectory.METRICS, RunDirectory.HISTORY, RunDirectory.CENTERS, 
     ("export/root.py", ("models.config", "saved_models", "onnx_models", "litert_models")),
 ])
 def test_each_layout_is_spelled_by_its_owner_alone(owner, names):
-    package = Path(__file__).parents[1] / "keras_attnconv"
+    package = Path(__file__).parents[2] / "keras_attnconv"
     spelled = {}
     for module in package.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):

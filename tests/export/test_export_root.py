@@ -217,7 +217,7 @@ os.replace = replace
 @pytest.mark.parametrize("kill", EXPORT_KILLS.values(), ids=EXPORT_KILLS.keys())
 def test_a_kill_while_publishing_leaves_the_old_or_new_state_and_the_next_export_works(tmp_path, kill, monkeypatch):
     root = tmp_path / "root"
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the script's `support`
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # the script's `support`
     run_until_killed(KILLED_EXPORT.format(root=str(root), kill=kill))
     assert served_config(root)["tiny"][2] == [1]  # the first export's models.config, whole
     assert export.export_model(tiny_model(seed=2), root, warmup=False) == root / "tiny" / "3"

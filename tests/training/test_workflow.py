@@ -197,7 +197,7 @@ def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_a
 
     run, root = tmp_path / "run", tmp_path / "saved"
     command = train_command(small_npz, run, root)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
     run_until_killed(KILLED_TRAIN.format(kill=kill, command=command))
     assert (root / "quadratic_tiny" / "1" / "saved_model.pb").exists()
     assert not (run / RunDirectory.EXPORT_RECORD).exists()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import matplotlib
 
-NOTEBOOK = Path(__file__).parents[1] / "training" / "notebooks" / "quickstart.ipynb"
+NOTEBOOK = Path(__file__).parents[2] / "training" / "notebooks" / "quickstart.ipynb"
 
 
 def test_quickstart_notebook_executes(monkeypatch):

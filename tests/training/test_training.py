@@ -554,7 +554,7 @@ def test_the_recorded_table1_runs_would_never_have_been_stopped():
     # epoch after the warm-up is judged, and none is at chance or exploded.
     from keras_attnconv.training.callbacks import StopWhenNothingLearned, first_epoch_after_warmup
 
-    results = json.loads((Path(__file__).parents[1] / "training" / "results" / "table1-h200.json").read_text())
+    results = json.loads((Path(__file__).parents[2] / "training" / "results" / "table1-h200.json").read_text())
     for run in results["runs"]:
         settings, history = run["settings"], run["history"]
         per_epoch = 500 + (settings["schedule"] == "official")  # the schedule's steps an epoch
