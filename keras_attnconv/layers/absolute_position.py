@@ -29,7 +29,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> x = keras.ops.zeros((2, 16, 16, 64))
-    >>> (x + LearnedPositionEmbedding()(x)).shape
+    >>> keras.ops.shape(x + LearnedPositionEmbedding()(x))
     (2, 16, 16, 64)
     """
 

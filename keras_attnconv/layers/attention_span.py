@@ -74,7 +74,7 @@ class AttentionSpan(keras.layers.Layer):
 
     Example:
     >>> span = AttentionSpan(num_heads=4)
-    >>> span(keras.ops.zeros((1, 8, 8, 16))).shape
+    >>> keras.ops.shape(span(keras.ops.zeros((1, 8, 8, 16))))
     (4, 64, 64)
     """
 

@@ -27,7 +27,7 @@ class InvertibleDownsampling(keras.layers.Layer):
     Example:
     >>> layer = InvertibleDownsampling(2)
     >>> y = layer(keras.ops.ones((1, 32, 32, 3)))
-    >>> y.shape, layer.inverse(y).shape
+    >>> keras.ops.shape(y), keras.ops.shape(layer.inverse(y))
     ((1, 16, 16, 12), (1, 32, 32, 3))
     """
 

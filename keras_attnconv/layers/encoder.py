@@ -54,7 +54,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     Example:
     >>> block = TransformerEncoderBlock(num_heads=4, intermediate_dim=32)
-    >>> block(keras.ops.ones((2, 8, 8, 16))).shape
+    >>> keras.ops.shape(block(keras.ops.ones((2, 8, 8, 16))))
     (2, 8, 8, 16)
     """
 

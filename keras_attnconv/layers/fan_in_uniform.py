@@ -25,7 +25,10 @@ class FanInUniform(keras.initializers.RandomUniform):
         seed: as for Keras' initializers.
 
     Example:
-    >>> keras.layers.Dense(4, kernel_initializer=FanInUniform(), bias_initializer=FanInUniform(16))
+    >>> dense = keras.layers.Dense(4, kernel_initializer=FanInUniform(), bias_initializer=FanInUniform(16))
+    >>> dense.build((None, 16))  # kernel (16, 4) and bias (4,), both U(-1/4, 1/4): fan-in 16
+    >>> [bool(keras.ops.max(keras.ops.abs(w)) <= 0.25) for w in (dense.kernel, dense.bias)]
+    [True, True]
     """
 
     def __init__(self, fan_in=None, seed=None):

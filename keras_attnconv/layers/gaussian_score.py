@@ -83,7 +83,7 @@ class GaussianScore(_GaussianScoreBase):
 
     Example:
     >>> score = GaussianScore(num_heads=9)
-    >>> score(keras.ops.zeros((1, 8, 8, 4))).shape
+    >>> keras.ops.shape(score(keras.ops.zeros((1, 8, 8, 4))))
     (9, 64, 64)
     """
 
@@ -154,7 +154,7 @@ class DiagonalGaussianScore(_GaussianScoreBase):
 
     Example:
     >>> score = DiagonalGaussianScore(num_heads=9)
-    >>> score(keras.ops.zeros((1, 8, 8, 4))).shape
+    >>> keras.ops.shape(score(keras.ops.zeros((1, 8, 8, 4))))
     (9, 64, 64)
     """
 

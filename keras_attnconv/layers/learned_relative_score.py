@@ -36,7 +36,7 @@ class LearnedRelativeScore(PositionScore):
 
     Example:
     >>> score = LearnedRelativeScore(num_heads=9, embedding_dim=16)
-    >>> score(keras.ops.zeros((2, 8, 8, 4))).shape
+    >>> keras.ops.shape(score(keras.ops.zeros((2, 8, 8, 4))))
     (9, 64, 64)
     """
 

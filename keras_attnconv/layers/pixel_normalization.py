@@ -62,8 +62,9 @@ class PixelNormalization(keras.layers.Layer):
 
     Example:
     >>> layer = PixelNormalization(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
-    >>> layer(keras.ops.full((1, 2, 2, 3), 255, "uint8"))[0, 0, 0]  # (1 - 0.5) / 0.25
-    [2., 2., 2.]
+    >>> pixels = keras.ops.full((1, 2, 2, 3), 255, "uint8")
+    >>> keras.ops.convert_to_numpy(layer(pixels)[0, 0, 0])  # (1 - 0.5) / 0.25
+    array([2., 2., 2.], dtype=float32)
     """
 
     def __init__(self, mean, std, **kwargs):

@@ -44,7 +44,7 @@ class QuadraticScore(PositionScore):
 
     Example:
     >>> score = QuadraticScore(num_heads=9)
-    >>> score(keras.ops.zeros((1, 16, 16, 32))).shape
+    >>> keras.ops.shape(score(keras.ops.zeros((1, 16, 16, 32))))
     (9, 256, 256)
     """
 

@@ -148,7 +148,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> layer = RelativeMultiHeadAttention(num_heads=9, position_score="quadratic")
-    >>> layer(keras.ops.ones((2, 8, 8, 16))).shape
+    >>> keras.ops.shape(layer(keras.ops.ones((2, 8, 8, 16))))
     (2, 8, 8, 16)
     """
 

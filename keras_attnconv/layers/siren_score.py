@@ -34,7 +34,7 @@ class SirenScore(PositionScore):
 
     Example:
     >>> score = SirenScore(num_heads=9)
-    >>> score(keras.ops.zeros((1, 8, 8, 4))).shape
+    >>> keras.ops.shape(score(keras.ops.zeros((1, 8, 8, 4))))
     (9, 64, 64)
     """
 
