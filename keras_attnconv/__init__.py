@@ -43,9 +43,11 @@ from keras_attnconv.models import (
     build_model,
     count_flops,
     from_preset,
+    get_model_card,
     get_model_config,
     get_paper_figures,
     list_models,
+    register_model,
     save_to_preset,
     with_attention_options,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "conv_to_attention",
     "count_flops",
     "from_preset",
+    "get_model_card",
     "get_model_config",
     "get_paper_figures",
     "layers",
@@ -82,6 +85,7 @@ __all__ = [
     "models",
     "optim",
     "prune_degenerate_heads",
+    "register_model",
     "save_to_preset",
     "with_attention_options",
 ]

@@ -61,3 +61,24 @@ def jax_without_tensorflow(tmp_path_factory):
         (blocked / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
     path = os.pathsep.join(filter(None, [str(blocked), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": path}
+
+
+@pytest.fixture
+def validation_counts(monkeypatch):
+    """How many configs were validated and how many models built since the fixture started."""
+    counted = {"validations": 0, "builds": 0}
+    from keras_attnconv.models import ClassifierConfig, ImageClassifier
+
+    validate, construct = ClassifierConfig.__post_init__, ImageClassifier.__init__
+
+    def counting_validate(self):
+        counted["validations"] += 1
+        validate(self)
+
+    def counting_construct(self, *args, **kwargs):
+        counted["builds"] += 1
+        construct(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClassifierConfig, "__post_init__", counting_validate)
+    monkeypatch.setattr(ImageClassifier, "__init__", counting_construct)
+    return counted

@@ -277,6 +277,160 @@ LAYER_CHECKS = {
 
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+    """One registered configuration, shrunk to a few thousand parameters, as the model contract checks it.
+
+    Attributes:
+        name: the registered name.
+        overrides: config fields that shrink it (`build_model`'s overrides), ``image_size`` among them.
+    """
+
+    name: str
+    overrides: dict
+
+    def model(self, seed=3, **kwargs):
+        import keras_attnconv
+
+        return keras_attnconv.build_model(self.name, seed=seed, **self.overrides, **kwargs)
+
+    def batch(self, size=4):
+        rng = np.random.default_rng(0)
+        side = self.overrides["image_size"]
+        return rng.integers(0, 256, (size, side, side, 3), dtype=np.uint8), rng.integers(0, 10, size)
+
+
+def check_distinct_initial_weights(case):
+    """Every randomly initialised weight is its own draw: none equals another or begins as another does.
+
+    (An unseeded Keras initializer shared by several weights repeats its values: two blocks' kernels
+    started equal, and a (heads, C, C) kernel began with the (C, C) kernel of another layer.)
+    """
+    model = case.model()
+    random = [(w.path, np.asarray(w).ravel()) for w in model.trainable_weights]
+    random = [(path, values) for path, values in random if np.unique(values).size > 1]
+    assert len(random) >= 3
+    for index, (path, values) in enumerate(random):
+        for other_path, other in random[index + 1:]:
+            shared = min(values.size, other.size, 8)
+            assert not np.array_equal(values[:shared], other[:shared]), (path, other_path)
+
+
+def check_jit_compiled_fit_step(case):
+    """One `fit` step compiled with XLA gives a finite loss and changes the weights."""
+    model = case.model()
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    before = [w.copy() for w in model.get_weights()]
+    x, y = case.batch()
+    history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+def check_keras_file_reloads_as_itself(case):
+    """A `.keras` file reloads in safe mode as the same class, name, config and outputs."""
+    model = case.model()
+    x, _ = case.batch()
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, f"{case.name}.keras")
+        model.save(path)
+        restored = keras.saving.load_model(path, safe_mode=True)
+    assert type(restored) is type(model) and restored.name == case.name
+    assert restored.get_config() == model.get_config() and restored.config == model.config
+    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+
+
+def check_preset_reloads_as_itself(case):
+    """A preset (`save_to_preset`) loads through `build_model` and `from_preset` as the same model."""
+    import keras_attnconv
+
+    model = case.model()
+    x, _ = case.batch()
+    with tempfile.TemporaryDirectory() as directory:
+        preset = os.path.join(directory, case.name)
+        keras_attnconv.save_to_preset(model, preset)
+        for load in (keras_attnconv.build_model, keras_attnconv.from_preset):
+            restored = load(preset)
+            assert type(restored) is type(model) and restored.config == model.config
+            np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
+
+
+def check_reproducible_with_a_seed(case):
+    """The same seed builds the same weights; another seed, other weights."""
+    model, again, other = case.model(seed=3), case.model(seed=3), case.model(seed=4)
+    for first, second in zip(model.get_weights(), again.get_weights()):
+        np.testing.assert_array_equal(first, second)
+    assert any(not np.array_equal(a, b) for a, b in zip(model.get_weights(), other.get_weights()))
+
+
+def check_mixed_precision_logits(case):
+    """Under mixed_bfloat16 the logits are float32 and finite, the normalisation and logits layers float32."""
+    model = case.model(dtype="mixed_bfloat16")
+    logits = model(case.batch()[0])
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert np.isfinite(ops.convert_to_numpy(logits)).all()
+    assert model.get_layer("logits").dtype_policy.name == "float32"
+    assert model.get_layer("pixel_normalization").dtype_policy.name == "float32"
+
+
+#: Every check of the model contract by name, each a function of a `ModelCase`: what every family passes.
+MODEL_CHECKS = {
+    "distinct_initial_weights": check_distinct_initial_weights,
+    "jit_compiled_fit_step": check_jit_compiled_fit_step,
+    "keras_file_reloads_as_itself": check_keras_file_reloads_as_itself,
+    "preset_reloads_as_itself": check_preset_reloads_as_itself,
+    "reproducible_with_a_seed": check_reproducible_with_a_seed,
+    "mixed_precision_logits": check_mixed_precision_logits,
+}
+
+
+def small_overrides(name):
+    import keras_attnconv
+
+    """Overrides that shrink a registered attention classifier or ResNet to a few thousand parameters on 8x8 images."""
+    config = keras_attnconv.get_model_config(name)
+    if isinstance(config, keras_attnconv.models.ResNetConfig):
+        return {"image_size": 8, "widths": (8,) * len(config.widths)}
+    overrides = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
+    if isinstance(config.num_heads, tuple):
+        overrides["num_heads"] = config.num_heads[:2]
+    if config.position_embedding_dim:
+        overrides["position_embedding_dim"] = 8
+    return overrides
+
+
+def family_cases(family, shrink=small_overrides):
+    """A `ModelCase` per registered name of `family` (its model class's name) whose shrunk config is new.
+
+    ``shrink(name)``: the overrides that make a registered config of the family small. A `_tiny` variant
+    shrinks to its full model's config, and is checked once.
+    """
+    import keras_attnconv
+
+    cases, configs = [], []
+    for name in keras_attnconv.list_models():
+        card = keras_attnconv.get_model_card(name)
+        if card.family != family:
+            continue
+        config = keras_attnconv.get_model_config(name, **shrink(name))
+        if config not in configs:
+            cases.append(ModelCase(name, shrink(name)))
+            configs.append(config)
+    return cases
+
+
+
+def walk_modules():
+    """``{relative path: source}`` of docs/architecture.md's walk (adding a score and a family): its code
+    blocks, each opening with a ``# path.py`` comment."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    section = text[text.index("## Adding a position score or a model family"):]
+    return dict(re.findall(r"```python\n# (\S+\.py)\n(.*?)```", section, re.S))
+
+
 def np_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

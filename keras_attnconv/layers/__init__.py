@@ -10,7 +10,7 @@ from keras_attnconv.layers.gaussian_score import DiagonalGaussianScore, Gaussian
 from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
 from keras_attnconv.layers.pixel_normalization import PixelNormalization
 from keras_attnconv.layers.position_score import PositionScore
-from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score
+from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score, register_position_score
 from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.relative_attention import RelativeMultiHeadAttention
 from keras_attnconv.layers.siren_score import SirenScore
@@ -40,5 +40,6 @@ __all__ = [
     "SirenScore",
     "TransformerEncoderBlock",
     "get_position_score",
+    "register_position_score",
 ]
 

@@ -10,13 +10,36 @@ from keras_attnconv.layers.siren_score import SirenScore
 from keras_attnconv.utils.checks import check_choice
 
 #: The position scores by name: the one list that `RelativeMultiHeadAttention`, `AttentionClassifier` and
-#: `build_model(..., position_score=name)` take a name from. A new score is a `PositionScore` subclass added here.
+#: `build_model(..., position_score=name)` take a name from. A new score is a `PositionScore` subclass
+#: registered with `register_position_score`, wherever it is defined.
 POSITION_SCORES = {
     "quadratic": QuadraticScore,
     "gaussian": GaussianScore,
     "learned": LearnedRelativeScore,
     "siren": SirenScore,
 }
+
+
+def register_position_score(name, score_class):
+    """Registers the `PositionScore` subclass `score_class` as `name`, for every attention and model config.
+
+    Args:
+        name: lower-case letters, digits and underscores, starting with a letter; not registered yet.
+        score_class: a `PositionScore` subclass (register it with Keras too,
+            ``keras.saving.register_keras_serializable``, so that models holding it reload).
+
+    Returns:
+        `score_class`.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise ValueError(f"`name` must be a lower-case identifier. Received: name={name!r}")
+    if name in POSITION_SCORES:
+        raise ValueError(f"A position score is registered as {name!r} already ({POSITION_SCORES[name].__name__}). "
+                         f"Received: name={name!r}")
+    if not (isinstance(score_class, type) and issubclass(score_class, PositionScore)):
+        raise ValueError(f"`score_class` must be a PositionScore subclass. Received: score_class={score_class!r}")
+    POSITION_SCORES[name] = score_class
+    return score_class
 
 
 def position_score_class(name):

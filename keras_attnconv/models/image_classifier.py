@@ -6,6 +6,9 @@ functional `keras.Model` built in ``__init__`` from its constructor arguments,
 which are the config's fields (plus ``dtype`` and ``name``) and which
 ``get_config()`` returns. So a ``.keras`` file reloads as the same class, with
 the same configuration, preprocessing and class names.
+
+The config validates the fields, once: ``config.build()`` hands the validated
+config to the model (``config=``), which does not check it again.
 """
 
 import dataclasses
@@ -59,6 +62,16 @@ class ClassifierConfig:
                 raise ValueError(f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
                                  f"class (a list or a 1-D array). Received: class_names={names!r}")
             self._set("class_names", tuple(names))
+
+    #: The `ImageClassifier` subclass that builds this config (set by the subclass, `ImageClassifier.__init_subclass__`).
+    model_class = None
+
+    def build(self, name=None, dtype=None):
+        """The family's model of this config (no second validation), every layer in the dtype policy `dtype`."""
+        if self.model_class is None:
+            raise TypeError(f"No ImageClassifier subclass builds {type(self).__name__}: a family's model class "
+                            f"declares it (config_class = {type(self).__name__}).")
+        return self.model_class(config=self, name=name, dtype=dtype)
 
     def _set(self, field, value):
         object.__setattr__(self, field, value)  # normalising a field of the frozen dataclass in __post_init__
@@ -138,6 +151,8 @@ class ImageClassifier(keras.Model):
             ``compile`` scales the loss for ``"mixed_float16"``.
         name: the model's name, its identity when saved and exported
             (`build_model` gives the registered name).
+        config: instead of the fields, a `config_class` instance, which
+            validated them when it was made (``config.build()`` passes it).
         **fields: the fields of `config_class`.
 
     Call arguments:
@@ -149,11 +164,21 @@ class ImageClassifier(keras.Model):
     config_class = None
     default_name = None
 
-    def __init__(self, *args, dtype=None, name=None, trainable=True, **fields):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "config_class" in cls.__dict__ and cls.config_class is not None:
+            cls.config_class.model_class = cls  # the family's config builds this class (`ClassifierConfig.build`)
+
+    def __init__(self, *args, config=None, dtype=None, name=None, trainable=True, **fields):
         if args:  # a functional model's (inputs, outputs): `keras.models.clone_model` (see `_run_through_graph`)
             self._init_clone(*args, name=name)
             return
-        config = self.config_class.from_fields(fields, type(self).__name__)
+        if config is None:
+            config = self.config_class.from_fields(fields, type(self).__name__)
+        elif not isinstance(config, self.config_class) or fields:
+            raise ValueError(f"{type(self).__name__} takes its config's fields, or `config`, a {self.config_class.__name__} "
+                             f"(already validated), alone. Received: config of class {type(config).__name__}"
+                             + (f" and the fields {', '.join(fields)}" if fields else ""))
         policy = dtype_policy(dtype)
         images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
         x = PixelNormalization(config.pixel_mean, config.pixel_std, name="pixel_normalization")(images)

@@ -271,8 +271,8 @@ def _check_weights(model, path, preset):
                          f"Received: preset={str(preset)!r}")
 
 
-def from_preset(preset, *, dtype=None, load_weights=True):
-    """The model saved in the preset directory `preset`, as its own class, with its weights.
+def load_preset(preset, *, dtype=None, load_weights=True):
+    """The model saved in the preset directory `preset`, as its own class, with its weights (`from_preset`'s path).
 
     Args:
         preset: a preset directory (`save_to_preset`; ``attnconv train``

@@ -1,154 +1,126 @@
-"""The model zoo: registered configurations, `build_model`, `list_models`, `get_model_config`."""
+"""The model zoo's registry: it collects the names the families register, lists them and builds them.
+
+A family (a folder of `keras_attnconv.models`) registers each of its named
+configurations with `register_model` when it is imported; nothing here
+names a family. `build_model` is the one entry point: it takes a registered
+name or a preset directory (`from_preset` is its alias).
+"""
 
 import dataclasses
+import fnmatch
+import os
+import re
 
 import keras
 
-from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
-from keras_attnconv.models.resnet import ResNetConfig
+from keras_attnconv.models.image_classifier import ClassifierConfig
+from keras_attnconv.models.model_card import ModelCard, PaperFigures, TrainedResult
+from keras_attnconv.models.presets import load_preset
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils.checks import check_seed, did_you_mean
 
-
-@dataclasses.dataclass(frozen=True)
-class PaperFigures:
-    """What the paper reports for a configuration (None where it reports nothing)."""
-
-    row: str
-    params_millions: "float | None" = None
-    flops_billions: "float | None" = None
-    source: str = "Table 1"
-    accuracy: "float | None" = None  # CIFAR-10 test accuracy after the paper's 300 epochs (Tables 1 and 4)
+_REGISTRY = {}
+# A registered name is also a directory name (runs, presets, exports) and a TF Serving model name.
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelEntry:
-    config: "AttentionClassifierConfig | ResNetConfig"
-    paper: PaperFigures
+def register_model(name, config, paper, trained=()):
+    """Registers `config` under `name` with its figures; returns its `ModelCard`.
 
-
-_QUADRATIC = AttentionClassifierConfig()
-_LEARNED = AttentionClassifierConfig(position_score="learned",
-                                     # Row and column tables of hidden_dim each, as the reference code.
-                                     position_embedding_dim=2 * 400)
-# Two "learned emb. + content" models. The paper's text (section 4.3, its 29.5M): content-content plus
-# content-position (q.k + q.r) on row and column tables of 200 each, no position bias.
-_LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_embedding_dim=400,
-                                             use_content_content=True, use_content_position=True,
-                                             use_position_bias=False)
-# The official code's (`--use_attention_data True`), which trained Table 1's row: content-content plus the
-# position-only score of `learned` (tables of 400 each, per-head vectors), no content-position term.
-_LEARNED_CONTENT_OFFICIAL = dataclasses.replace(_LEARNED, use_content_content=True)
-_GAUSSIAN = AttentionClassifierConfig(position_score="gaussian")
-# Follow-up: a learned Gaussian span (thesis slides: threshold 0.1) on top of the paper's encodings.
-_SPAN = {"initial_sigma": 4.0, "threshold": 0.1}
-_FOLLOW_UP = "follow-up thesis slides"
-# Local attention (issue 19): a 7x7 neighbourhood (NATTEN's default kernel) covers the shifts of up to 3 pixels
-# where the paper's quadratic heads settle in the first layers (its Figure 4), keeps 49 of the 256 keys of the
-# 16x16 grid per query, and two such layers already see 13x13 pixels. The local span starts as wide as the
-# window: at threshold 0.1 a Gaussian reaches 2.15 sigma, so sigma 1.5 reaches 3.2 pixels, and it learns within it.
-_WINDOW = 7
-_SPAN_LOCAL = {"initial_sigma": 1.5, "threshold": 0.1, "max_window": _WINDOW}
-# Baselines: absolute encodings added to the tokens, content-content attention only.
-_ABSOLUTE = AttentionClassifierConfig(position_score=None, use_content_content=True, use_position_bias=False,
-                                      absolute_encoding="learned")
-# Small enough to train in minutes on 2 CPU cores; same code, fewer and narrower blocks.
-_TINY = {"num_layers": 2, "hidden_dim": 48, "intermediate_dim": 96}
-
-_REGISTRY = {
-    "resnet18": ModelEntry(ResNetConfig(), PaperFigures("ResNet18", 11.2, 1.1, accuracy=0.938)),
-    "resnet10": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1, 1)),
-                           PaperFigures("ResNet10", 4.9, source="draft, Table 1")),
-    "quadratic": ModelEntry(_QUADRATIC, PaperFigures("SA quadratic emb.", 12.1, 6.2, accuracy=0.938)),
-    "gaussian": ModelEntry(_GAUSSIAN, PaperFigures("SA quadratic emb. gen.", 12.1, 6.2, "Table 4", accuracy=0.934)),
-    "gaussian_pruned": ModelEntry(dataclasses.replace(_GAUSSIAN, num_heads=(7, 5, 8, 7, 3, 9)),
-                                  PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4",
-                                               accuracy=0.934)),
-    "learned": ModelEntry(_LEARNED, PaperFigures("SA learned emb.", 12.3, 6.2, accuracy=0.918)),
-    "learned_content": ModelEntry(_LEARNED_CONTENT, PaperFigures("SA learned emb. + content, the paper text's model",
-                                                                 29.5, 15.0, accuracy=0.871)),
-    "learned_content_official": ModelEntry(_LEARNED_CONTENT_OFFICIAL, PaperFigures(
-        "SA learned emb. + content, the official code's model", 29.5, 15.0, accuracy=0.871)),
-    "quadratic_16heads": ModelEntry(dataclasses.replace(_QUADRATIC, num_heads=16),
-                                    PaperFigures("SA quadratic emb., 16 heads", source="Appendix F")),
-    "siren": ModelEntry(AttentionClassifierConfig(position_score="siren"),
-                        PaperFigures("SIREN relative encoding", source=_FOLLOW_UP)),
-    "quadratic_span": ModelEntry(dataclasses.replace(_QUADRATIC, attention_span=_SPAN),
-                                 PaperFigures("quadratic emb. + differentiable span", source=_FOLLOW_UP)),
-    "learned_span": ModelEntry(dataclasses.replace(_LEARNED, attention_span=_SPAN),
-                               PaperFigures("learned emb. + differentiable span", source=_FOLLOW_UP)),
-    "absolute_learned": ModelEntry(_ABSOLUTE, PaperFigures("absolute learned encoding, content attention",
-                                                           source="baseline")),
-    "absolute_sinusoid": ModelEntry(dataclasses.replace(_ABSOLUTE, absolute_encoding="sinusoid"),
-                                    PaperFigures("absolute 2-D sinusoids, content attention", source="baseline")),
-    "learned_content_local": ModelEntry(dataclasses.replace(_LEARNED_CONTENT, window=_WINDOW),
-                                        PaperFigures("learned emb. + content, 7x7 local attention",
-                                                     source=_FOLLOW_UP)),
-    "absolute_learned_local": ModelEntry(dataclasses.replace(_ABSOLUTE, window=_WINDOW),
-                                         PaperFigures("absolute learned encoding, 7x7 local content attention",
-                                                      source="baseline")),
-    "quadratic_span_local": ModelEntry(dataclasses.replace(_QUADRATIC, attention_span=_SPAN_LOCAL),
-                                       PaperFigures("quadratic emb. + differentiable span in a 7x7 window",
-                                                    source=_FOLLOW_UP)),
-    "resnet_tiny": ModelEntry(ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
-                              PaperFigures("(small CPU variant of ResNet)", source="ours")),
-}
-for _name in ("quadratic", "gaussian", "learned", "learned_content", "learned_content_official", "siren",
-              "quadratic_span", "learned_span", "absolute_learned", "absolute_sinusoid", "learned_content_local",
-              "absolute_learned_local", "quadratic_span_local"):
-    _config = _REGISTRY[_name].config
-    _dim = _config.position_embedding_dim and _config.position_embedding_dim * 48 // 400  # narrowed with hidden_dim
-    _config = dataclasses.replace(_config, **_TINY, position_embedding_dim=_dim)
-    _REGISTRY[f"{_name}_tiny"] = ModelEntry(_config, PaperFigures(f"(small CPU variant of {_name})", source="ours"))
-del _name, _config, _dim
-
-
-def list_models():
-    """Names of all registered configurations, paper configurations first."""
-    return list(_REGISTRY)
-
-
-def _entry(name):
-    if not isinstance(name, str):  # a list would not even hash
-        raise ValueError(f"`name` must be a model name, one of list_models(). Received: name={name!r}")
-    if name not in _REGISTRY:
-        raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}. "
+    Args:
+        name: lower-case letters, digits and underscores, starting with a letter; not registered yet.
+        config: a family's config (a `ClassifierConfig`; the family's `ImageClassifier` subclass builds it).
+        paper: its `PaperFigures`.
+        trained: `TrainedResult`s of this package's runs of it, most recent last.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError("`name` must be lower-case letters, digits and underscores, starting with a letter. "
                          f"Received: name={name!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"A model is registered as {name!r} already (a {type(_REGISTRY[name].config).__name__}). "
+                         f"Received: name={name!r}")
+    if not isinstance(config, ClassifierConfig):
+        raise ValueError("`config` must be a model family's config (a ClassifierConfig). "
+                         f"Received: config of class {type(config).__name__}")
+    if not isinstance(paper, PaperFigures) or not all(isinstance(t, TrainedResult) for t in trained):
+        raise ValueError(f"`paper` must be PaperFigures and `trained` TrainedResults. Received: paper={paper!r}, "
+                         f"trained={trained!r}")
+    card = ModelCard(name, config, paper, tuple(trained))
+    _REGISTRY[name] = card
+    return card
+
+
+def list_models(pattern="*"):
+    """Registered names matching the glob `pattern` (``list_models("quadratic*")``).
+
+    The configurations of the paper and its follow-ups come first, then the small variants
+    (``source="ours"``), each in the order their families registered them.
+    """
+    if not isinstance(pattern, str):
+        raise ValueError(f"`pattern` must be a glob pattern string, e.g. 'quadratic*'. Received: pattern={pattern!r}")
+    names = [name for name in _REGISTRY if fnmatch.fnmatchcase(name, pattern)]
+    return sorted(names, key=lambda name: _REGISTRY[name].paper.source == "ours")
+
+
+def get_model_card(name, *, or_else=""):
+    """The `ModelCard` registered under `name`: its config, paper figures and trained results.
+
+    ``or_else``: what else the caller would have taken, for the error (``" or a preset directory"``).
+    """
+    if not isinstance(name, str):  # a list would not even hash
+        raise ValueError(f"`name` must be a model name, one of list_models(){or_else}. Received: name={name!r}")
+    if name not in _REGISTRY:
+        raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}"
+                         f"{or_else}. Received: name={name!r}")
     return _REGISTRY[name]
 
 
 def get_model_config(name, **overrides):
-    """The frozen config registered under `name`, with `overrides` applied and validated."""
-    config = _entry(name).config
+    """The frozen config registered under `name`, with `overrides` applied and validated (once)."""
+    config = get_model_card(name).config
     if not overrides:
         return config
     return type(config).from_fields({**dataclasses.asdict(config), **overrides}, f"model {name!r}")
 
 
 def get_paper_figures(name):
-    """The paper's row, parameter count and FLOPs for `name` (`PaperFigures`)."""
-    return _entry(name).paper
+    """The paper's row, parameter count, FLOPs and accuracy for `name` (`PaperFigures`)."""
+    return get_model_card(name).paper
 
 
-def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, **overrides):
-    """Builds a registered model: ``keras_attnconv.build_model("quadratic", dtype="mixed_bfloat16")``.
+def _is_preset_path(name):
+    """Whether `name`, not a registered name, is meant as a path: a path object, a separator, or a directory."""
+    return isinstance(name, os.PathLike) or isinstance(name, str) and (
+        os.sep in name or "/" in name or os.path.isdir(name))
+
+
+def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
+    """A model of the zoo, from a registered name or a preset directory: ``build_model("quadratic")``.
+
+    A registered name comes first: to load a preset directory that has a
+    registered name, give it as a path (``"./quadratic"``). A name is never
+    read as a path unless it names an existing directory.
 
     Args:
-        name: a name from `list_models()`; the model's name (its identity
-            when saved, preset and exported).
-        num_classes: classes of the classifier (10 for CIFAR-10, 100 for CIFAR-100).
-        image_size: side of the square uint8 input images.
-        seed: int or None. When given, seeds Keras' global random state
-            (``keras.utils.set_random_seed``) before building, so two builds
-            with the same seed have the same weights.
+        name: a name from `list_models()` (a new model with fresh weights; the
+            name is its identity when saved, preset and exported), or a preset
+            directory (`save_to_preset`, ``<run>/preset``): the saved model, as
+            its own class, with its weights (`from_preset`).
         dtype: the dtype policy of every layer, as keras-hub's backbones take
             it: a name (``"float32"``, ``"mixed_float16"``, ``"mixed_bfloat16"``,
             ``"bfloat16"``, ...) or a `keras.DTypePolicy`; None is Keras' global
-            policy (``keras.config.dtype_policy()``), which is never changed.
-            The model's own ``dtype_policy`` is set too, so that ``compile``
-            wraps the optimizer in a `LossScaleOptimizer` for ``"mixed_float16"``.
-        **overrides: any other field of the model's config (``num_layers``,
-            ``hidden_dim``, ``num_heads``, ``class_names``, ``pixel_mean``, ...).
+            policy for a name (``keras.config.dtype_policy()``, which is never
+            changed) and the saved policy for a preset. The model's own
+            ``dtype_policy`` is set too, so that ``compile`` wraps the
+            optimizer in a `LossScaleOptimizer` for ``"mixed_float16"``.
+        seed: int or None, for a name. When given, seeds Keras' global random
+            state (``keras.utils.set_random_seed``) before building, so two
+            builds with the same seed have the same weights.
+        load_weights: for a preset: False gives its architecture with fresh weights.
+        **overrides: for a name, any field of the model's config
+            (``num_classes``, ``image_size``, ``num_layers``, ``hidden_dim``,
+            ``class_names``, ``pixel_mean``, ...). A preset's architecture is
+            its own: no overrides.
 
     Returns:
         An uncompiled model of the family's class (`AttentionClassifier` or
@@ -156,10 +128,49 @@ def build_model(name, *, num_classes=10, image_size=32, seed=None, dtype=None, *
         float32 logits (the normalisation and the logits layer are float32
         under any `dtype`). Its ``get_config()`` is its configuration, so a
         ``.keras`` file of it reloads as the same class.
+
+    Example:
+    >>> model = build_model("quadratic_tiny", image_size=16, seed=0)
+    >>> model.name, model.count_params()
+    ('quadratic_tiny', 66544)
     """
-    config = get_model_config(name, num_classes=num_classes, image_size=image_size, **overrides)
-    dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
-    check_seed("seed", seed)
-    if seed is not None:
-        keras.utils.set_random_seed(seed)
-    return config.build(name=name, dtype=dtype)
+    if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
+        card = get_model_card(name, or_else=" or a preset directory")
+        if load_weights is not True:
+            raise ValueError(f"`load_weights` is for a preset directory; {name!r} is a model name (its weights "
+                             f"are new). Received: load_weights={load_weights!r}")
+        # The one validation of the config: the model is built from it, not from its fields again.
+        config = get_model_config(name, **overrides) if overrides else card.config
+        dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
+        check_seed("seed", seed)
+        if seed is not None:
+            keras.utils.set_random_seed(seed)
+        return config.build(name=name, dtype=dtype)
+    if overrides or seed is not None:
+        given = {**overrides, **({"seed": seed} if seed is not None else {})}
+        raise ValueError(f"A preset's architecture and weights are its own: {str(name)!r} takes only `dtype` and "
+                         f"`load_weights`. Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}")
+    return load_preset(name, dtype=dtype, load_weights=load_weights)
+
+
+def from_preset(preset, *, dtype=None, load_weights=True):
+    """`build_model`'s alias: the model saved in the preset directory `preset` (or a registered name's new model).
+
+    Args:
+        preset: a preset directory (`save_to_preset`; ``attnconv train``
+            writes the best model of a run to ``<run>/preset``), or a
+            registered name.
+        dtype: None (the policy it was saved with) or a dtype policy to
+            rebuild it in (``"float32"``, ``"mixed_bfloat16"``, ...).
+        load_weights: False gives the architecture with fresh weights.
+
+    Only the package's own model classes are loaded, in Keras' safe mode: a
+    preset cannot make this function run code. Its three files are checked
+    against each other first: ``metadata.json`` must name the model, class,
+    parameter count and preprocessing that ``config.json`` builds, and
+    ``model.weights.h5`` must hold that model's weights, no more and no
+    fewer (Keras alone would drop extra ones); a disagreement is a
+    ValueError naming the preset and what disagrees. A run directory given
+    as the preset is an error naming its ``preset/``.
+    """
+    return build_model(preset, dtype=dtype, load_weights=load_weights)

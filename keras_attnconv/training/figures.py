@@ -60,7 +60,7 @@ def _what_to_draw(source):
     when it is the run); a run still training (no preset yet) gives its best
     checkpoint so far, with its ``config.json`` as the recipe.
     """
-    from keras_attnconv.models.presets import from_preset, load_preset_metadata
+    from keras_attnconv.models.presets import load_preset, load_preset_metadata
     from keras_attnconv.training.run_directory import RunDirectory, preset_of
 
     source_run = RunDirectory(source)
@@ -76,7 +76,7 @@ def _what_to_draw(source):
     recorded = metadata.get("training_run")
     if run is None and isinstance(recorded, str) and RunDirectory(Path(preset) / recorded).is_ours():
         run = RunDirectory(Path(preset) / recorded)
-    return from_preset(preset), metadata, run
+    return load_preset(preset), metadata, run
 
 
 def _history_figures(run, drawn, absent):

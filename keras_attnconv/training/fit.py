@@ -161,13 +161,15 @@ def _fit(config, plan, run, resume_from=None):
 
 def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
-    from keras_attnconv.models import build_model
     from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
     from keras_attnconv.models.summary import trainable_parameters
     from keras_attnconv.utils.reports import device_description, package_revision
 
     with build_scope(plan.strategy):
-        model = build_model(config.model, seed=config.seed, dtype=config.precision, **plan.model_fields)
+        if config.seed is not None:
+            keras.utils.set_random_seed(config.seed)
+        # Built from the config the plan validated, which is not validated again.
+        model = plan.model_config.build(name=config.model, dtype=config.precision)
         jit_compile = resolve_jit_compile(config.jit_compile, config.precision, gflops_per_image=model_gflops(model))
         if config.verbose:
             print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
@@ -203,7 +205,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         callbacks=[
             EpochSync(plan.train_batches),
             StopOnNonFiniteLoss(),  # before any callback that writes
-            StopWhenNothingLearned(plan.model_fields["num_classes"], len(plan.eval_batches.labels),
+            StopWhenNothingLearned(plan.model_config.num_classes, len(plan.eval_batches.labels),
                                    first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch)),
             BestCheckpoint(run.best_checkpoint),
             *_logging_callbacks(run),

@@ -10,7 +10,7 @@ class RunPlan:
     """What a run needs, computed and checked before anything is written."""
 
     dataset: object  # DatasetInfo
-    model_fields: dict
+    model_config: object  # the model's config (a ClassifierConfig), validated once: the run builds from it
     eval_split: str
     train_batches: object
     eval_batches: object
@@ -20,8 +20,8 @@ class RunPlan:
     replicas: int
 
 
-def checked_model_fields(config, info):
-    """The model's configuration fields for `config` on a dataset (`DatasetInfo`), checked; loads no data."""
+def checked_model_config(config, info):
+    """The model's config for `config` on a dataset (`DatasetInfo`), validated; loads no data."""
     from keras_attnconv.training.data import pixel_statistics
     from keras_attnconv.models import get_model_config
 
@@ -33,8 +33,7 @@ def checked_model_fields(config, info):
     mean, std = pixel_statistics(info, config.normalization)
     model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": mean, "pixel_std": std,
                     **config.model_overrides}
-    get_model_config(config.model, **model_fields)
-    return model_fields
+    return get_model_config(config.model, **model_fields)
 
 
 def plan_run(config):
@@ -44,7 +43,7 @@ def plan_run(config):
     from keras_attnconv.optim import run_schedule
 
     info = dataset_info(config.dataset)
-    model_fields = checked_model_fields(config, info)
+    model_config = checked_model_config(config, info)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
     train_arrays = load_arrays(config.dataset, "train", **data_args)
@@ -63,7 +62,7 @@ def plan_run(config):
     steps_per_epoch = len(train_batches)
     schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
                             config.warmup_ratio, config.min_warmup_epochs)
-    return RunPlan(info, model_fields, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
+    return RunPlan(info, model_config, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
                    replicas)
 
 
@@ -90,5 +89,5 @@ def check_run(config, *, models=()):
     """
     plan = plan_run(config)
     for name in models:
-        checked_model_fields(dataclasses.replace(config, model=name), plan.dataset)
+        checked_model_config(dataclasses.replace(config, model=name), plan.dataset)
     return plan

@@ -19,7 +19,7 @@ import keras
 
 from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.export.exporter import export_model, served_version
-from keras_attnconv.models.presets import from_preset, load_preset_metadata
+from keras_attnconv.models.presets import load_preset, load_preset_metadata
 from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.run_directory import RunDirectory, preset_of
@@ -164,7 +164,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
     metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()),
                 "source_digest": digest or source_digest(preset), **checked, **(kwargs.pop("metadata", None) or {})}
-    return export_model(from_preset(preset), export_dir, metadata=metadata, **kwargs)
+    return export_model(load_preset(preset), export_dir, metadata=metadata, **kwargs)
 
 
 def _recorded_chance(preset, metadata):

@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from support import walk_modules
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
@@ -280,41 +281,19 @@ def test_with_config_that_changes_a_weights_shape_is_named():
         build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)
 
 
-NEW_SCORE_MODULE = '''
-"""A position score of the user's, added the documented way (docs/layers.md)."""
-from keras import ops
-
-from keras_attnconv.layers import POSITION_SCORES, PositionScore
-from keras_attnconv.layers.shift_geometry import axis_shifts
-
-
-class ManhattanScore(PositionScore):
-    """-beta_h * (|delta_1| + |delta_2|): a row term plus a column term."""
-
-    encoding_dim = 2
-    separable = True
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self.beta = self._add_float32_weight("beta", (self.num_heads,), "ones")
-
-    def axis_scores(self, height, width):
-        beta = ops.convert_to_tensor(self.beta)[:, None, None]
-        return -beta * ops.abs(axis_shifts(height)), -beta * ops.abs(axis_shifts(width))
-
-
-POSITION_SCORES["manhattan"] = ManhattanScore
-'''
+def documented_score_module():
+    """The score module of docs/architecture.md's walk, as it stands (it registers "manhattan")."""
+    return walk_modules()["my_scores.py"]
 
 
 @pytest.fixture
 def manhattan_score(tmp_path, monkeypatch):
-    """Imports `NEW_SCORE_MODULE` from a file (it registers "manhattan"); removed again after the test."""
+    """Imports the documented score module from a file (it registers "manhattan"); removed again after the test."""
     import importlib
 
     from keras_attnconv.layers import POSITION_SCORES
 
-    (tmp_path / "my_manhattan_score.py").write_text(NEW_SCORE_MODULE)
+    (tmp_path / "my_manhattan_score.py").write_text(documented_score_module())
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         yield importlib.import_module("my_manhattan_score").ManhattanScore

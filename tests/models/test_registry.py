@@ -1,132 +1,17 @@
-"""Specifications of the model zoo: paper sizes, every model trains/saves/reloads, bad input."""
+"""Specifications of the model zoo's registry: names, listing, building from a name or a preset, bad input."""
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
+from support import small_overrides
 
 import keras_attnconv
-from keras_attnconv.models.summary import trainable_parameters
-
-PAPER_SIZES = {"quadratic": 12.1, "gaussian": 12.1, "gaussian_pruned": 9.7, "learned": 12.3,
-               "learned_content": 29.5, "learned_content_official": 29.5, "resnet18": 11.2, "resnet10": 4.9}
-
-
-@pytest.mark.parametrize("name", sorted(PAPER_SIZES))
-def test_parameter_count_within_one_percent_of_the_paper(name):
-    params = trainable_parameters(keras_attnconv.build_model(name)) / 1e6
-    assert params == pytest.approx(PAPER_SIZES[name], rel=0.01)
-    assert keras_attnconv.get_paper_figures(name).params_millions == PAPER_SIZES[name]
-
-
-# The two "learned emb. + content" models: score terms (content-content, content-position, key bias,
-# position bias), the row/column table size per axis, and the trainable parameters.
-LEARNED_CONTENT_MODELS = {
-    # The paper's text (section 4.3): q.k + q.r on tables of 200 per axis, no position bias.
-    "learned_content": ((True, True, False, False), 200, 29_484_282),
-    # The official code's model (`--use_attention_data True`): q.k + the position-only score of `learned`.
-    "learned_content_official": ((True, False, False, True), 400, 29_601_882),
-}
-
-
-@pytest.mark.parametrize("name", sorted(LEARNED_CONTENT_MODELS))
-def test_both_learned_content_models_score_what_their_source_says(name):
-    terms, axis_dim, params = LEARNED_CONTENT_MODELS[name]
-    model = keras_attnconv.build_model(name)
-    attention = [layer.attention for layer in model.layers if hasattr(layer, "attention")]
-    assert len(attention) == 6
-    for layer in attention:
-        assert (layer.use_content_content, layer.use_content_position, layer.use_key_bias,
-                layer.use_position_bias) == terms
-        assert layer.position_score.axis_dim == axis_dim
-    assert trainable_parameters(model) == params
-
-
-def test_pruned_model_has_the_appendix_e_heads():
-    model = keras_attnconv.build_model("gaussian_pruned")
-    heads = [layer.attention.num_heads for layer in model.layers if hasattr(layer, "attention")]
-    assert heads == [7, 5, 8, 7, 3, 9]  # [2, 4, 1, 2, 6, 0] of 9 pruned
-
-
-def small_overrides(name):
-    """Shrinks any registered model to a few thousand parameters on 8x8 images."""
-    config = keras_attnconv.get_model_config(name)
-    if isinstance(config, keras_attnconv.models.ResNetConfig):
-        return {"image_size": 8, "widths": (8,) * len(config.widths)}
-    overrides = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
-    if isinstance(config.num_heads, tuple):
-        overrides["num_heads"] = config.num_heads[:2]
-    if config.position_embedding_dim:
-        overrides["position_embedding_dim"] = 8
-    return overrides
-
-
-def distinct_small_models():
-    """Registered names whose shrunk configs differ: a `_tiny` variant shrinks to its full model's config."""
-    names, configs = [], []
-    for name in keras_attnconv.list_models():
-        config = keras_attnconv.get_model_config(name, **small_overrides(name))
-        if config not in configs:
-            names.append(name)
-            configs.append(config)
-    return names
-
-
-@pytest.fixture(params=distinct_small_models())
-def small_model(request):
-    return request.param, keras_attnconv.build_model(request.param, seed=3, **small_overrides(request.param))
 
 
 def batch(size=4, image_size=8):
     rng = np.random.default_rng(0)
     return rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8), rng.integers(0, 10, size)
-
-
-def test_no_two_random_weights_of_a_model_start_alike(small_model):
-    """Every randomly initialised weight is its own draw: none equals another or begins as another does.
-
-    (An unseeded Keras initializer shared by several weights repeats its values: two blocks' kernels
-    started equal, and a (heads, C, C) kernel began with the (C, C) kernel of another layer.)
-    """
-    _, model = small_model
-    random = [(w.path, np.asarray(w).ravel()) for w in model.trainable_weights]
-    random = [(path, values) for path, values in random if np.unique(values).size > 1]
-    assert len(random) >= 3
-    for index, (path, values) in enumerate(random):
-        for other_path, other in random[index + 1:]:
-            shared = min(values.size, other.size, 8)
-            assert not np.array_equal(values[:shared], other[:shared]), (path, other_path)
-
-
-def test_every_model_takes_a_jit_compiled_fit_step(small_model):
-    _, model = small_model
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
-    before = [w.copy() for w in model.get_weights()]
-    x, y = batch()
-    history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
-
-
-def test_every_model_saves_and_reloads_as_itself(small_model, tmp_path):
-    name, model = small_model
-    path = tmp_path / f"{name}.keras"
-    model.save(path)
-    restored = keras.saving.load_model(path, safe_mode=True)
-    assert type(restored) is type(model) and restored.name == name
-    assert restored.get_config() == model.get_config() and restored.config == model.config
-    x, _ = batch()
-    np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
-
-
-def test_every_model_is_reproducible_with_a_seed(small_model):
-    name, model = small_model
-    again = keras_attnconv.build_model(name, seed=3, **small_overrides(name))
-    for first, second in zip(model.get_weights(), again.get_weights()):
-        np.testing.assert_array_equal(first, second)
-    other = keras_attnconv.build_model(name, seed=4, **small_overrides(name))
-    assert any(not np.array_equal(a, b) for a, b in zip(model.get_weights(), other.get_weights()))
 
 
 @pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
@@ -227,40 +112,55 @@ def test_registry_lists_every_paper_configuration():
         assert name in names
 
 
-@pytest.mark.parametrize("name, spec", [("learned_content_local_tiny", ((7, 7), (1, 1), False)),
-                                        ("absolute_learned_local_tiny", ((7, 7), (1, 1), False)),
-                                        ("quadratic_span_local_tiny", ((7, 7), (1, 1), False))])
-def test_local_models_attend_in_a_7x7_window_and_keep_it_through_a_keras_file(name, spec, tmp_path):
-    model = keras_attnconv.build_model(name, seed=0, num_layers=1, image_size=16)
-    attention = model.get_layer("encoder_0").attention
-    assert attention.window_spec == spec
-    global_twin = keras_attnconv.build_model(name.replace("_local", ""), num_layers=1, image_size=16)
-    assert global_twin.get_layer("encoder_0").attention.window_spec is None
-    path = tmp_path / "model.keras"
-    model.save(path)
-    reloaded = keras.saving.load_model(path)
-    assert reloaded.get_layer("encoder_0").attention.window_spec == spec
-    x, _ = batch(2, 16)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)),
-                               atol=1e-6)
 
 
-def test_rematerialize_reaches_every_block_and_attention_layer_and_survives_a_keras_file(tmp_path):
-    model = keras_attnconv.build_model("learned_content_local_tiny", num_layers=2, image_size=16, rematerialize=True)
-    path = tmp_path / "model.keras"
-    model.save(path)
-    for built in (model, keras.saving.load_model(path)):
-        blocks = [built.get_layer(f"encoder_{i}") for i in range(2)]
-        assert [(block.rematerialize, block.attention.rematerialize) for block in blocks] == [(True, True)] * 2
-    default = keras_attnconv.build_model("learned_content_local_tiny", num_layers=1, image_size=16)
-    assert (default.get_layer("encoder_0").rematerialize, default.get_layer("encoder_0").attention.rematerialize) == (
-        False, False)
-    # Global attention has no windowed tensors to recompute; its blocks still recompute their feed-forward layers.
-    global_model = keras_attnconv.build_model("learned_content_tiny", num_layers=1, image_size=16, rematerialize=True)
-    assert global_model.get_layer("encoder_0").rematerialize
+def test_list_models_takes_a_glob_pattern_and_lists_small_variants_last():
+    assert keras_attnconv.list_models("resnet*") == ["resnet18", "resnet10", "resnet_tiny"]
+    assert keras_attnconv.list_models("*_local_tiny") == ["learned_content_local_tiny", "absolute_learned_local_tiny",
+                                                         "quadratic_span_local_tiny"]
+    assert keras_attnconv.list_models("nothing*") == []
+    sources = [keras_attnconv.get_paper_figures(name).source == "ours" for name in keras_attnconv.list_models()]
+    assert sources == sorted(sources)  # every paper or follow-up configuration before every small variant
+    with pytest.raises(ValueError, match="Received: pattern=3"):
+        keras_attnconv.list_models(3)
 
 
-def test_window_from_a_recipe_list_is_a_tuple():
-    config = keras_attnconv.get_model_config("learned_content", window=[7, 5], dilation=[1, 2])
-    assert (config.window, config.dilation) == ((7, 5), (1, 2))
-    hash(config)  # still a frozen, hashable config
+def test_every_card_names_its_family_and_holds_its_validated_config():
+    for name in keras_attnconv.list_models():
+        card = keras_attnconv.get_model_card(name)
+        assert card.name == name and card.config is keras_attnconv.get_model_config(name)
+        assert card.family == type(keras_attnconv.build_model(name, **small_overrides(name))).__name__
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (("quadratic", keras_attnconv.get_model_config("quadratic")), "registered as 'quadratic' already"),
+    (("Quadratic2", keras_attnconv.get_model_config("quadratic")), "name='Quadratic2'"),
+    (("../x", keras_attnconv.get_model_config("quadratic")), "name='../x'"),
+    (("new_model", {"num_layers": 2}), "config of class dict"),
+])
+def test_register_model_refuses_a_taken_or_bad_name_and_what_is_not_a_config(arguments, message):
+    paper = keras_attnconv.models.PaperFigures("a row")
+    with pytest.raises(ValueError, match=message):
+        keras_attnconv.register_model(*arguments, paper)
+    assert "new_model" not in keras_attnconv.list_models()
+
+
+def test_build_model_takes_a_preset_directory_and_a_registered_name_comes_first(tmp_path, monkeypatch):
+    model = keras_attnconv.build_model("resnet_tiny", image_size=8, seed=1)
+    monkeypatch.chdir(tmp_path)
+    keras_attnconv.save_to_preset(model, "resnet_tiny")  # a directory named as a registered model
+
+    by_name = keras_attnconv.build_model("resnet_tiny")
+    by_path = keras_attnconv.build_model("./resnet_tiny")
+
+    assert by_name.config.image_size == 32  # the registered configuration, new weights
+    assert by_path.config == model.config
+    for saved, loaded in zip(model.get_weights(), by_path.get_weights()):
+        np.testing.assert_array_equal(saved, loaded)
+    with pytest.raises(ValueError, match="takes only `dtype` and `load_weights`. Received: num_classes=3"):
+        keras_attnconv.build_model("./resnet_tiny", num_classes=3)
+    with pytest.raises(ValueError, match="`load_weights` is for a preset directory.*Received: load_weights=False"):
+        keras_attnconv.build_model("resnet_tiny", load_weights=False)
+    with pytest.raises(ValueError, match="Unknown model 'resnet_tin'.*or a preset directory. Received: "
+                                         "name='resnet_tin'"):
+        keras_attnconv.from_preset("resnet_tin")

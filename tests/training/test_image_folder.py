@@ -339,8 +339,8 @@ def test_a_run_on_a_folder_is_planned_with_its_classes_and_statistics(tmp_path):
     plan = check_run(config)
     info = data.dataset_info(str(tmp_path / "f"))
     assert plan.eval_split == "test" and plan.steps_per_epoch == 22 // 8
-    assert plan.model_fields["class_names"] == ("cat", "dog") and plan.model_fields["image_size"] == 8
-    assert plan.model_fields["pixel_mean"] == info.mean
+    assert plan.model_config.class_names == ("cat", "dog") and plan.model_config.image_size == 8
+    assert plan.model_config.pixel_mean == tuple(info.mean)
     assert not (tmp_path / "run").exists()
 
 

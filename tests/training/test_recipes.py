@@ -1,11 +1,13 @@
 """Recipes are package data, addressed by name: `attnconv train --recipe quadratic`; a path still works."""
 
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 
 from keras_attnconv import cli
-from keras_attnconv.models import get_paper_figures
+from keras_attnconv.models import get_model_card, get_paper_figures
 from keras_attnconv.training.recipe import RECIPES_DIR, load_recipe, recipe_names
 
 
@@ -58,3 +60,17 @@ def test_attnconv_recipes_lists_each_recipe_with_its_paper_row(capsys):
         config = load_recipe(name)
         row = f"| {name} | `{config.model}` | {config.dataset} | {config.epochs} | "
         assert row in out and get_paper_figures(config.model).row in out, name
+
+
+def test_models_md_lists_every_recipe_under_the_family_of_the_configuration_it_trains():
+    text = (Path(__file__).parents[2] / "docs" / "models.md").read_text()
+    section = text[text.index("## Recipes by family"):text.index("## The zoo")]
+    listed = {}
+    for family, table in re.findall(r"^`(\w+)` \(`keras_attnconv/models/\w+/`\):\n\n(.*?)\n\n", section, re.S | re.M):
+        for recipe, model in re.findall(r"^\| `(\w+)` \| `(\w+)` \|$", table, re.M):
+            listed[recipe] = (family, model)
+    expected = {}
+    for path in RECIPES_DIR.glob("*.toml"):
+        model = load_recipe(path.stem).model
+        expected[path.stem] = (get_model_card(model).family, model)
+    assert listed == expected

@@ -565,3 +565,9 @@ def test_the_recorded_table1_runs_would_never_have_been_stopped():
         assert len(judged) >= 19, run["recipe"]  # epochs 7-60 of quadratic_fast, 16-34 of the paper's schedule
         for epoch in judged:
             stop.on_epoch_end(epoch, {"loss": history["loss"][epoch], "val_accuracy": history["val_accuracy"][epoch]})
+
+
+def test_a_run_validates_its_model_config_once_per_model_it_builds(small_npz, tmp_path, validation_counts):
+    # The plan validates the config; the run builds its model from that config, and reloads its best checkpoint.
+    train(small_config(small_npz, tmp_path / "run", epochs=1))
+    assert validation_counts == {"validations": 2, "builds": 2}
