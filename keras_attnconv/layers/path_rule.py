@@ -7,26 +7,23 @@ per channel and head) or as one dense ``(heads, T, T)`` contraction
 (``"position"``, ``T^2``). Which is faster depends on the device, not on the
 FLOP count alone:
 
-- CPU: the separable passes are faster wherever they do fewer FLOPs
-  (``H + W < H W``); `attnconv bench` measures this on every run (its layer
-  table in `training/results/bench-cpu.md`: 1.76x faster at 16x16 tokens,
-  3.47x at 32x32, 9.36x at 64x64, forward + backward on a 2-core CPU).
-- GPU/TPU: the dense contraction is one large matmul on the tensor cores,
-  while the separable passes are 2 x heads small matmuls with reshapes between
-  them, bound by launches and memory traffic. On an H100 (JAX, batch 100,
-  mixed_bfloat16, the paper's 16x16 tokens) a quadratic model took 17.1 ms
-  per training step on the dense path and 24.6 ms on the separable one. The
-  dense path is therefore used on accelerators up to `ACCELERATOR_DENSE_MAX_TOKENS`
-  tokens, where its ``(heads, T, T)`` probabilities are still small
-  (9 x 1024 x 1024 floats = 36 MiB); beyond it the separable FLOP savings
-  (``T / (H + W)``, 16x at 32x32) win. `attnconv bench --suite gpu` reports
-  both paths of the quadratic model so that the rule can be checked on a device.
+- CPU: the separable passes wherever they do fewer FLOPs (``H + W < H W``).
+- GPU/TPU: the dense contraction, one large matmul on the tensor cores, up to
+  `ACCELERATOR_DENSE_MAX_TOKENS` tokens, where its ``(heads, T, T)``
+  probabilities are still small (9 x 1024 x 1024 floats = 36 MiB); beyond it,
+  the separable passes, whose FLOP savings (``T / (H + W)``) then win over
+  their 2 x heads small matmuls.
 
 Layers with a window (neighbourhood attention) choose between the tiled
 windowed path (``tiles * Bq * Rk`` scores, `keras_attnconv.layers.neighbourhood`)
 and global attention with the window as a mask (``T^2`` scores): see
 `prefers_windowed`. `attention_mode` puts the rules together into the path a
 `RelativeMultiHeadAttention` takes on a grid.
+
+The measurements behind each rule are in docs/performance.md ("Attention
+paths on a CPU", "Local attention on a CPU", "The attention path per
+device"); `attnconv bench` re-measures them on every run (the CPU suite's
+layer tables; the GPU suite runs the quadratic model on both paths).
 """
 
 import functools
@@ -85,13 +82,11 @@ def prefers_windowed(neighbourhood, platform=None):
     """Whether the tiled windowed path beats global attention with a window mask on `platform`.
 
     The tiles score ``neighbourhood.tile_pairs`` (query, key) pairs, global attention ``T^2``,
-    but the tiles pay for gathering their key regions and for smaller matmuls. `attnconv bench`
-    measures it (its window7 table, `training/results/bench-cpu.md`: content attention,
-    9 heads, key_dim 400, batch 2, window 7, forward + backward on a 2-core CPU): the tiles are
-    1.21x faster than global attention at 16x16 tokens (tiles of 4x4 queries, 0.39 of the pairs),
-    2.94x at 32x32 and 7.71x at 64x64. Where one tile would cover the map (a fraction of 1, e.g.
-    a 7x7 window on 8x8 tokens), the global path with a mask runs. Accelerators use the same
-    rule, unmeasured there (`platform` is only checked).
+    but the tiles pay for gathering their key regions and for smaller matmuls: they run where
+    they score at most `WINDOWED_MAX_PAIR_FRACTION` of the pairs (measured faster there on a CPU,
+    docs/performance.md, "Local attention on a CPU"). Where one tile would cover the map (a
+    fraction of 1, e.g. a 7x7 window on 8x8 tokens), the global path with a mask runs.
+    Accelerators use the same rule, unmeasured there (`platform` is only checked).
     """
     checked_platform(platform)
     tokens = neighbourhood.height * neighbourhood.width
