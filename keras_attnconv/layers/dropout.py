@@ -2,12 +2,9 @@
 
 Keras draws a dropout mask on TensorFlow with the default stateless generator.
 Compiled by XLA for a CPU, that is Philox, expanded into 64-bit multiplications
-that do not vectorise: in the quadratic model's float32 XLA step (batch 16, AMD
-EPYC with AVX2) its 24 masks took 9.7% of the op time (376 ms per step), against
-1-2% of the graph step's. ThreeFry, the generator JAX uses, is 32-bit additions,
-rotations and xors, which vectorise: the same masks take 129 ms (4.3%; the two
-profiles ran a day apart on two machines of that type, the second ~16% faster).
-`attnconv bench --suite profile` measured both (`docs/performance.md`, "Where
+that do not vectorise. ThreeFry, the generator JAX uses, is 32-bit additions,
+rotations and xors, which vectorise: the masks take about a third of the time
+(`attnconv bench --suite profile` measured both: `docs/performance.md`, "Where
 the step's time goes").
 
 TensorFlow's ThreeFry kernel exists only in XLA (the graph's CPU kernel refuses
