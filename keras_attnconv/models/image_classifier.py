@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
-from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
+from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.validation import dtype_policy
@@ -279,11 +279,12 @@ class ImageClassifier(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _resolve_auto_jit_compile(self):
-        # Keras' `jit_compile="auto"` leaves XLA off on every CPU; this package's rule (`step_compilation`)
-        # decides by what was measured on the device and precision. As Keras, no XLA under tf.distribute.
+        # Keras' `jit_compile="auto"` leaves XLA off on every CPU; this package's (`step_compilation`) takes
+        # what was measured for the model on this machine, else the rule for the device, precision and size.
+        # As Keras, no XLA under tf.distribute.
         if getattr(self, "_distribute_strategy", None) is not None:
             return False
-        return resolve_jit_compile("auto", self.dtype_policy.name, gflops_per_image=model_gflops(self))
+        return resolve_jit_compile_for(self)
 
     def compile_from_config(self, config):
         # As Keras' own, which skips a custom `compile`: the config holds the arguments this one resolved.

@@ -2,65 +2,46 @@
 
 A training step runs either whole under XLA (``jit_compile=True``) or as a
 TensorFlow graph whose matmuls and convolutions go to oneDNN on a CPU
-(``jit_compile=False``). Which is faster is a property of the device, and
-it is measured: `attnconv bench --suite steps` (part of the CPU suite)
-times every model on both paths in both training precisions, side by side,
-and marks where the rule's pick was not the faster one.
+(``jit_compile=False``). Which is faster is a property of the device and
+the model, and it is measured: `attnconv bench --suite steps` times every
+model on both paths in both training precisions, side by side, marks where
+``"auto"``'s pick was not the faster one, and records each model's faster
+path on that machine (`measured_step_paths`).
 
-- GPU and TPU: XLA, whole step (it fuses the element-wise work between the
-  tensor-core matmuls; `attnconv bench --suite gpu` measures the models there).
-
-A CPU's rule, for a model of `SMALL_MODEL_GFLOPS` and more (smaller ones below):
-
-- CPU with bfloat16 units, in a bfloat16 precision: the graph. XLA's CPU
-  backend computes bfloat16 matmuls without the CPU's bfloat16 units (AMX
-  tiles, AVX-512 BF16 dot products), which oneDNN uses: on an Intel Xeon
-  with AMX a 2048x2048 bfloat16 matmul ran at 298 GFLOP/s under XLA and 1,418
-  in the graph, and the quadratic model's mixed_bfloat16 step took 5,150 ms
-  under XLA and 2,243 in the graph (batch 50). In the CPU suite on another
-  Xeon with AMX (batch 16, `training/results/bench-cpu-amx.md`): 1,529 ms
-  against 757, and the graph 1.76-2.20x faster for every model measured.
-- CPU with AMX, in float32: the graph as well (4,286 ms against XLA's 4,652
-  for that step on that Xeon; 1,292 against 1,417 in the CPU suite, and
-  1.03-1.30x faster for every model measured there).
-- Any other CPU: XLA. On an AMD EPYC with AVX2 and no bfloat16 units
-  (`training/results/bench-steps-cpu.md`, batch 16) XLA was faster for four
-  of the five models in float32 (up to 1.5x: ResNet-18, 862 ms vs 1,294; the
-  fifth, `learned`, 16% slower) and in mixed_bfloat16 (the fifth even),
-  where oneDNN, without bfloat16 units, took up to 17x as long
-  (`learned_content_local`: 11.1 s under XLA, 187 s in the graph).
-- Any CPU, a model of under `SMALL_MODEL_GFLOPS` forward FLOPs per image
-  (`count_flops`, attention included): XLA. Its step is many small ops,
-  which XLA fuses and TensorFlow's graph runs one by one. On the Xeon with
-  AMX (batch 16; `training/results/bench-steps-cpu-amx-sizes.md`) XLA was
-  1.35x faster than the graph for `quadratic_tiny` (0.05 GFLOP per image)
-  in float32 and 1.2x in mixed_bfloat16, 1.26x for `learned_content_tiny`
-  (0.31) in float32 and as fast in mixed_bfloat16, while the graph was 1.3x
-  and 1.7x faster for `resnet10` (0.51) and faster for every paper model
-  (1.11 GFLOP and more; `training/results/bench-cpu-amx.md`);
-  the quick recipe (`quadratic_tiny`, batch 50, float32) trained at 568 and
-  586 images/s under XLA against 464 and 468 in the graph. A model whose
-  size is not given is ruled as a large one.
-
-Other backends, on any device:
+``"auto"`` for a model (`resolve_jit_compile_for`) is, in order:
 
 - JAX: XLA (it is JAX's only compiler; without ``jit`` a step runs op by op).
-- PyTorch: no XLA (Keras' own default there).
+  PyTorch: no XLA (Keras' own default there).
+- GPU and TPU: XLA, whole step (it fuses the element-wise work between the
+  tensor-core matmuls).
+- A CPU where `attnconv bench --suite steps` measured this model in this
+  precision: the path it measured faster.
+- Any other CPU, the rule (`uses_xla`):
+  - a model of under `SMALL_MODEL_GFLOPS` forward FLOPs per image
+    (`count_flops`, attention included): XLA; its step is many small ops,
+    which XLA fuses and TensorFlow's graph runs one by one;
+  - a CPU with bfloat16 units (AMX tiles or AVX-512 BF16 dot products):
+    TensorFlow's graph, in every precision (oneDNN computes bfloat16 on those
+    units, which XLA's CPU backend does not use, and its float32 step was the
+    faster for most models measured on both kinds);
+  - any other CPU: XLA (oneDNN without bfloat16 units was slower in both
+    precisions, many times slower in bfloat16).
 
-An AVX-512 BF16 CPU without AMX is ruled by its bfloat16 units (the graph
-in bfloat16, XLA in float32) but was not measured on both paths yet.
-
-``True`` and ``False`` still force a path. `cpu_capabilities` names what a
-CPU can do for bfloat16, for the benchmark reports and the run's log line.
+``True`` and ``False`` still force a path. The measurements behind each
+line are in docs/performance.md ("The training step's path").
+`cpu_capabilities` names what a CPU can do for bfloat16, for the benchmark
+reports and the run's log line.
 """
 
 import keras
 
 from keras_attnconv.models.flops import count_flops
+from keras_attnconv.models.measured_step_paths import measured_jit_compile
 from keras_attnconv.utils.reports import BFLOAT16_UNITS, cpu_capabilities
 
 # Forward GFLOP per image below which a CPU's step takes XLA whatever the CPU (module docstring): between the
-# largest model measured faster under XLA on the Xeon with AMX (0.31) and the smallest faster in the graph (0.51).
+# largest model measured faster under XLA (learned_content_tiny, 0.31) and the smallest faster in the graph
+# (resnet10, 0.51), on the Xeon with AMX and on the EPYC with AVX-512 BF16 alike.
 SMALL_MODEL_GFLOPS = 0.4
 
 
@@ -89,9 +70,7 @@ def uses_xla(platform, precision, backend, cpu_flags=frozenset(), gflops_per_ima
         return True
     if gflops_per_image is not None and gflops_per_image < SMALL_MODEL_GFLOPS:
         return True  # many small ops: XLA fuses them, the graph runs them one by one
-    if keras.DTypePolicy(precision).compute_dtype == "bfloat16" and cpu_flags & set(BFLOAT16_UNITS):
-        return False  # oneDNN computes on the bfloat16 units; XLA's CPU backend does not
-    return "amx_bf16" not in cpu_flags  # measured: the graph on AMX machines, XLA elsewhere
+    return not cpu_flags & set(BFLOAT16_UNITS)  # measured: the graph where oneDNN has bfloat16 units, XLA elsewhere
 
 
 def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend=None, gflops_per_image=None):
@@ -104,6 +83,36 @@ def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend
         return jit_compile
     return uses_xla(checked_platform(platform), precision, backend or keras.backend.backend(),
                     cpu_capabilities()["flags"], gflops_per_image)
+
+
+def resolve_jit_compile_for(model, jit_compile="auto", precision=None, platform=None):
+    """`jit_compile` for `model`'s training step: ``"auto"`` is the path measured faster for this model on this
+    machine where `attnconv bench --suite steps` measured it (a TensorFlow CPU), else the rule for its size.
+
+    `precision`: the step's dtype policy name (default: the model's own).
+    """
+    from keras_attnconv.layers.path_rule import checked_platform
+
+    check_jit_compile(jit_compile)
+    if jit_compile != "auto":
+        return jit_compile
+    precision = precision or model.dtype_policy.name
+    if keras.backend.backend() == "tensorflow" and checked_platform(platform) == "cpu":
+        measured = measured_jit_compile(model, precision)
+        if measured is not None:
+            return measured
+    return resolve_jit_compile("auto", precision, platform, gflops_per_image=model_gflops(model))
+
+
+def auto_source(model, precision=None, platform=None):
+    """Why ``"auto"`` picks what it picks for `model`, for the run's log line."""
+    from keras_attnconv.layers.path_rule import checked_platform
+
+    precision = precision or model.dtype_policy.name
+    if (keras.backend.backend() == "tensorflow" and checked_platform(platform) == "cpu"
+            and measured_jit_compile(model, precision) is not None):
+        return "measured faster for this model on this machine by attnconv bench --suite steps"
+    return "the rule for this device, precision and model size"
 
 
 def model_gflops(model):

@@ -161,7 +161,7 @@ def _fit(config, plan, run, resume_from=None):
 
 def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
-    from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
+    from keras_attnconv.models.step_compilation import auto_source, describe_step_path, resolve_jit_compile_for
     from keras_attnconv.models.summary import trainable_parameters
     from keras_attnconv.utils.reports import device_description, package_revision
 
@@ -170,9 +170,10 @@ def _fit_in_scope(config, plan, run, resume_from):
             keras.utils.set_random_seed(config.seed)
         # Built from the config the plan validated, which is not validated again.
         model = plan.model_config.build(name=config.model, dtype=config.precision)
-        jit_compile = resolve_jit_compile(config.jit_compile, config.precision, gflops_per_image=model_gflops(model))
+        jit_compile = resolve_jit_compile_for(model, config.jit_compile, config.precision)
         if config.verbose:
-            print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
+            why = f": {auto_source(model, config.precision)}" if config.jit_compile == "auto" else ""
+            print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}{why}, "
                   f"{config.precision}); it is compiled during the first epoch, which takes longer (a minute or "
                   f"more on a CPU)", file=sys.stderr)
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
