@@ -164,13 +164,7 @@ def from_preset(preset, *, dtype=None, load_weights=True):
             rebuild it in (``"float32"``, ``"mixed_bfloat16"``, ...).
         load_weights: False gives the architecture with fresh weights.
 
-    Only the package's own model classes are loaded, in Keras' safe mode: a
-    preset cannot make this function run code. Its three files are checked
-    against each other first: ``metadata.json`` must name the model, class,
-    parameter count and preprocessing that ``config.json`` builds, and
-    ``model.weights.h5`` must hold that model's weights, no more and no
-    fewer (Keras alone would drop extra ones); a disagreement is a
-    ValueError naming the preset and what disagrees. A run directory given
-    as the preset is an error naming its ``preset/``.
+    A preset is loaded in Keras' safe mode, its files checked against each
+    other first (`keras_attnconv.models.presets.load_preset` says how).
     """
     return build_model(preset, dtype=dtype, load_weights=load_weights)

@@ -16,10 +16,10 @@ import pytest
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
-from keras_attnconv.utils.ownership import write_mark
-from keras_attnconv.training.recipe import RECIPES_DIR, TrainConfig, load_recipe
 from keras_attnconv.training.fit import train
+from keras_attnconv.training.recipe import RECIPES_DIR, TrainConfig, load_recipe
 from keras_attnconv.training.workflow import train_and_export
+from keras_attnconv.utils.ownership import write_mark
 
 RECIPES = sorted(RECIPES_DIR.glob("*.toml"))
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
@@ -60,9 +60,9 @@ def test_a_run_compiles_its_step_by_the_path_rule_and_records_what_it_resolved(s
 
 def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metrics_of_its_weights(small_npz, tmp_path):
     from keras_attnconv import from_preset
+    from keras_attnconv.models.presets import load_preset_metadata
     from keras_attnconv.training.data import dataset_info, load_arrays, pixel_statistics
     from keras_attnconv.training.input_pipeline import ArrayBatches
-    from keras_attnconv.models.presets import load_preset_metadata
 
     config = small_config(small_npz, tmp_path / "run", epochs=3)
     train(config)
@@ -185,9 +185,9 @@ def test_mixed_precision_is_the_models_own_with_float32_predictions(small_npz, t
     set_globally, trained = [], []
     monkeypatch.setattr(keras.config, "set_dtype_policy", set_globally.append)
     monkeypatch.setattr(keras.mixed_precision, "set_dtype_policy", set_globally.append)
-    build_model = keras_attnconv.models.build_model
-    monkeypatch.setattr(keras_attnconv.models, "build_model", lambda *a, **k: trained.append(build_model(*a, **k))
-                        or trained[-1])
+    build = keras_attnconv.models.ClassifierConfig.build  # the run builds its model from its validated config
+    monkeypatch.setattr(keras_attnconv.models.ClassifierConfig, "build",
+                        lambda self, *a, **k: trained.append(build(self, *a, **k)) or trained[-1])
     metrics = train(small_config(small_npz, tmp_path / precision, precision=precision, epochs=1,
                                  steps_per_epoch=3, jit_compile=True))
     assert np.isfinite(metrics["history"]["loss"]).all()

@@ -15,9 +15,9 @@ import pytest
 from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, from_preset, save_to_preset
-from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError
 from keras_attnconv.models.presets import load_preset_metadata, model_metadata
 from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
 CLASSES = ("cat", "dog", "owl")
