@@ -63,25 +63,42 @@ def _train(args):
 
     from keras_attnconv.training.recipe import TrainConfig, load_recipe
 
-    overrides = {f.name: _parse_value(getattr(args, f.name), textual=f.type in (str, "str", "str | None"))
-                 for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    overrides = {
+        f.name: _parse_value(getattr(args, f.name), textual=f.type in (str, "str", "str | None"))
+        for f in dataclasses.fields(TrainConfig)
+        if getattr(args, f.name) is not None
+    }
     if not sys.stdout.isatty():
         overrides.setdefault("verbose", 2)  # a log file gets one line per epoch, not progress-bar redraws
     if args.recipe is not None:  # --recipe '' is a bad name, not the absence of a recipe
         config = load_recipe(args.recipe, **overrides)
     else:
         model = overrides.get("model", "quadratic")  # a bad one (--model null) is named by the model's own check
-        config = TrainConfig.from_dict({"name": model if isinstance(model, str) else "quadratic", **overrides},
-                                       source="command-line")
+        config = TrainConfig.from_dict(
+            {"name": model if isinstance(model, str) else "quadratic", **overrides}, source="command-line"
+        )
     processes = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
     if config.strategy == "data_parallel" or any(value is not None for value in processes.values()):
         _join_processes(config.strategy, processes)
     from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)
-    summary = {"published": _published(metrics),
-               **{k: metrics.get(k) for k in ("run_dir", "eval_split", "eval_accuracy", "best_val_accuracy",
-                                              "train_images_per_second", "optimizer_steps", "replicas", "export")}}
+    summary = {
+        "published": _published(metrics),
+        **{
+            k: metrics.get(k)
+            for k in (
+                "run_dir",
+                "eval_split",
+                "eval_accuracy",
+                "best_val_accuracy",
+                "train_images_per_second",
+                "optimizer_steps",
+                "replicas",
+                "export",
+            )
+        },
+    }
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -93,8 +110,11 @@ def _published(metrics):
     if not metrics.get("preset") or not metrics.get("chief", True):  # a worker's preset was in its scratch folder
         return None
     metadata = load_preset_metadata(metrics["preset"])
-    return {"weights": metadata["weights"], "eval_accuracy": metadata["metrics"]["eval_accuracy"],
-            "preset": metrics["preset"]}
+    return {
+        "weights": metadata["weights"],
+        "eval_accuracy": metadata["metrics"]["eval_accuracy"],
+        "preset": metrics["preset"],
+    }
 
 
 def _join_processes(strategy, processes):
@@ -103,8 +123,10 @@ def _join_processes(strategy, processes):
 
     if strategy != "data_parallel":
         given = ", ".join(f"{name}={value!r}" for name, value in processes.items() if value is not None)
-        raise ValueError(f"--coordinator, --num-processes and --process-id join the processes of a "
-                         f"--strategy data_parallel run (JAX); the strategy is {strategy!r}. Received: {given}")
+        raise ValueError(
+            f"--coordinator, --num-processes and --process-id join the processes of a "
+            f"--strategy data_parallel run (JAX); the strategy is {strategy!r}. Received: {given}"
+        )
     if processes["coordinator"] is not None:
         check_coordinator(processes["coordinator"])  # a typo is named on any backend, before the backend's own checks
     check_strategy(strategy)
@@ -117,17 +139,29 @@ def _export(args):
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
     if sum(value is not None for value in given.values()) != 1:
-        raise ValueError("give one of SOURCE (a training run or preset directory), --model NAME or --all. Received: "
-                         + (", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) or "none of them"))
+        raise ValueError(
+            "give one of SOURCE (a training run or preset directory), --model NAME or --all. Received: "
+            + (", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None) or "none of them")
+        )
     if args.all and args.name is not None:
-        raise ValueError(f"--all exports each configuration under its own name; --name names one export. "
-                         f"Received: name={args.name!r}")
+        raise ValueError(
+            f"--all exports each configuration under its own name; --name names one export. "
+            f"Received: name={args.name!r}"
+        )
     if args.allow_chance and args.source is None:
-        raise ValueError("--allow-chance exports a run or preset whose recorded accuracy is at chance; --model and "
-                         "--all export initial (untrained) weights, which their metadata says. Received: "
-                         "allow_chance=True")
-    options = {"format": args.format, "version": args.version, "serving_name": args.name, "serve": args.serve,
-               "jit_compile": args.jit_compile, "compute_dtype": args.compute_dtype}
+        raise ValueError(
+            "--allow-chance exports a run or preset whose recorded accuracy is at chance; --model and "
+            "--all export initial (untrained) weights, which their metadata says. Received: "
+            "allow_chance=True"
+        )
+    options = {
+        "format": args.format,
+        "version": args.version,
+        "serving_name": args.name,
+        "serve": args.serve,
+        "jit_compile": args.jit_compile,
+        "compute_dtype": args.compute_dtype,
+    }
     export_dir = _export_root(args.export_dir)
     if args.source is not None:
         paths = [export_source(args.source, export_dir, allow_chance=args.allow_chance, **options)]
@@ -148,9 +182,11 @@ def _export_root(export_dir):
     from keras_attnconv.utils.checks import none_word
 
     if export_dir is not None and none_word(export_dir) is None:
-        raise ValueError(f"`export_dir` names the export root; leave it out for the format's default "
-                         f"(`--export-dir none` means no export in `attnconv train`). Received: "
-                         f"export_dir={export_dir!r}")
+        raise ValueError(
+            f"`export_dir` names the export root; leave it out for the format's default "
+            f"(`--export-dir none` means no export in `attnconv train`). Received: "
+            f"export_dir={export_dir!r}"
+        )
     return export_dir
 
 
@@ -190,13 +226,25 @@ def _plot(args):
 def _convert(args):
     from keras_attnconv.analysis.conversion import measure_conversion
 
-    measured = measure_conversion(args.filters, args.kernel_size, strides=args.strides, padding=args.padding,
-                                  dilation=args.dilation, size=args.size, channels=args.channels, seed=args.seed)
-    print(f"Conv2D({args.filters}, {args.kernel_size}x{args.kernel_size}, strides={args.strides}, "
-          f"padding={args.padding!r}, dilation={args.dilation}) on {args.size}x{args.size}x{args.channels} -> "
-          f"attention with {measured.num_heads} quadratic heads (alpha=100)")
-    print(f"output {measured.output_shape}: max abs error {measured.max_abs_error:.3g}, "
-          f"relative {measured.relative_error:.3g}")
+    measured = measure_conversion(
+        args.filters,
+        args.kernel_size,
+        strides=args.strides,
+        padding=args.padding,
+        dilation=args.dilation,
+        size=args.size,
+        channels=args.channels,
+        seed=args.seed,
+    )
+    print(
+        f"Conv2D({args.filters}, {args.kernel_size}x{args.kernel_size}, strides={args.strides}, "
+        f"padding={args.padding!r}, dilation={args.dilation}) on {args.size}x{args.size}x{args.channels} -> "
+        f"attention with {measured.num_heads} quadratic heads (alpha=100)"
+    )
+    print(
+        f"output {measured.output_shape}: max abs error {measured.max_abs_error:.3g}, "
+        f"relative {measured.relative_error:.3g}"
+    )
     return 0
 
 
@@ -232,8 +280,11 @@ def _write_chart(name, results, base):
 
 # The suites whose cases the command line chooses: which of --models, --precisions, --image-size and
 # --bfloat16-serving each takes.
-_SUITE_OVERRIDES = {"gpu": ("models", "precisions", "image_size"), "steps": ("models", "precisions"),
-                    "formats": ("models", "bfloat16_serving")}
+_SUITE_OVERRIDES = {
+    "gpu": ("models", "precisions", "image_size"),
+    "steps": ("models", "precisions"),
+    "formats": ("models", "bfloat16_serving"),
+}
 # --bfloat16-serving's words, as `formats.measures_bfloat16_serving` takes them.
 _BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
 
@@ -244,7 +295,7 @@ def _names(text):
 
 
 def _suites_taking(key):
-    """"the gpu suite", "the gpu, steps and formats suites": those of `_SUITE_OVERRIDES` that take `key`."""
+    """ "the gpu suite", "the gpu, steps and formats suites": those of `_SUITE_OVERRIDES` that take `key`."""
     takers = [suite for suite, keys in _SUITE_OVERRIDES.items() if key in keys]
     if len(takers) == 1:
         return f"the {takers[0]} suite"
@@ -256,12 +307,22 @@ def _bench(args):
     from keras_attnconv.utils.files import check_writable, figure_paths
     from keras_attnconv.utils.reports import report_paths
 
-    defaults = {"cpu": "bench.json", "gpu": "bench-gpu.json", "numerics": "numerics.json",
-                "formats": "bench-formats.json", "steps": "bench-steps.json", "scale": "bench-scale.json",
-                "profile": "bench-profile.json"}
+    defaults = {
+        "cpu": "bench.json",
+        "gpu": "bench-gpu.json",
+        "numerics": "numerics.json",
+        "formats": "bench-formats.json",
+        "steps": "bench-steps.json",
+        "scale": "bench-scale.json",
+        "profile": "bench-profile.json",
+    }
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
-    given = (("models", args.models), ("precisions", args.precisions), ("image_size", args.image_size),
-             ("bfloat16_serving", _BFLOAT16_SERVING.get(args.bfloat16_serving)))
+    given = (
+        ("models", args.models),
+        ("precisions", args.precisions),
+        ("image_size", args.image_size),
+        ("bfloat16_serving", _BFLOAT16_SERVING.get(args.bfloat16_serving)),
+    )
     overrides = {key: value for key, value in given if value is not None}
     refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
     if refused:
@@ -279,8 +340,7 @@ def _bench(args):
         if not results["ok"]:
             raise RuntimeError(f"a numerics check failed: see {report_paths(output)[0]}")
     elif args.suite == "gpu":
-        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line,
-                                          **overrides)
+        results = bench.run_gpu_benchmark(quick=args.quick, output=output, command=args.command_line, **overrides)
         print(bench.gpu_markdown(results))
         drawn = _write_chart("plot_gpu_steps", results, chart)
     elif args.suite == "scale":
@@ -335,9 +395,16 @@ def _table1(args):
     for path in report_paths(args.output):
         check_writable(path, "output", file=True)
     earlier = json.loads(Path(report_paths(args.output)[0]).read_text()) if args.update else None
-    report = table1_report(args.runs, data_name=args.data_name, data_file=args.data_file, commit=args.commit,
-                           libraries=args.libraries, device=args.device, command=args.command_line,
-                           earlier=earlier)
+    report = table1_report(
+        args.runs,
+        data_name=args.data_name,
+        data_file=args.data_file,
+        commit=args.commit,
+        libraries=args.libraries,
+        device=args.device,
+        command=args.command_line,
+        earlier=earlier,
+    )
     markdown = table1_markdown(report)
     write_report(args.output, report, markdown)
     print(markdown)
@@ -347,7 +414,8 @@ def _table1(args):
 def build_parser():
     # No abbreviations: --epoch must not be taken for --epochs, nor a later option's prefix for an earlier one.
     parser = argparse.ArgumentParser(
-        prog="attnconv", allow_abbrev=False,
+        prog="attnconv",
+        allow_abbrev=False,
         description="keras_attnconv: self-attention as convolution (Cordonnier et al., ICLR 2020).",
     )
     from keras_attnconv.version import __version__
@@ -363,8 +431,11 @@ def build_parser():
 
     listing = add("list", help="the model zoo: parameters and FLOPs beside the paper's")
     listing.add_argument("models", nargs="*", help="only these models (default: all)")
-    listing.add_argument("--recount", action="store_true",
-                         help="build each model and count it, instead of the counts recorded in the package")
+    listing.add_argument(
+        "--recount",
+        action="store_true",
+        help="build each model and count it, instead of the counts recorded in the package",
+    )
     listing.set_defaults(handler=_list)
 
     import dataclasses
@@ -374,46 +445,72 @@ def build_parser():
     recipes = add("recipes", help="the package's recipes (the paper's configurations) with their paper rows")
     recipes.set_defaults(handler=_recipes)
 
-    training = add("train", help="train a model from a recipe (attnconv recipes lists them); resumes an interrupted run",
+    training = add(
+        "train",
+        help="train a model from a recipe (attnconv recipes lists them); resumes an interrupted run",
         description="Train a configuration. Every recipe field can be overridden: --epochs 3, "
-                    "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
+        "--precision mixed_bfloat16, --model-overrides '{num_layers = 2}'. Values are TOML literals.",
     )
-    training.add_argument("--recipe", help="a recipe's name (attnconv recipes) or a TOML file (default: Table 2 "
-                                           "values)")
+    training.add_argument(
+        "--recipe", help="a recipe's name (attnconv recipes) or a TOML file (default: Table 2 values)"
+    )
     for field in dataclasses.fields(TrainConfig):
-        training.add_argument(f"--{field.name.replace('_', '-')}", dest=field.name, metavar="VALUE",
-                              help=f"recipe field {field.name} (default {_describe_default(field)})")
+        training.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            dest=field.name,
+            metavar="VALUE",
+            help=f"recipe field {field.name} (default {_describe_default(field)})",
+        )
     # Not recipe fields: they differ from process to process of one run (Keras' KERAS_DISTRIBUTION_* variables
     # give them too).
-    training.add_argument("--coordinator", metavar="HOST:PORT",
-                          help="data_parallel on several processes (JAX): process 0's address, which every process "
-                               "gives")
+    training.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="data_parallel on several processes (JAX): process 0's address, which every process gives",
+    )
     training.add_argument("--num-processes", metavar="N", help="data_parallel: the number of processes")
     training.add_argument("--process-id", metavar="I", help="data_parallel: this process' id, 0 to N-1 (0 writes)")
     training.set_defaults(handler=_train)
 
-    exporting = add("export", help="export a run's or a preset's model (or registered ones) as SavedModel, ONNX or "
-                                   "LiteRT, under its own name: <export-dir>/<name>/<version>/")
+    exporting = add(
+        "export",
+        help="export a run's or a preset's model (or registered ones) as SavedModel, ONNX or "
+        "LiteRT, under its own name: <export-dir>/<name>/<version>/",
+    )
     exporting.add_argument("source", nargs="?", help="a training run directory (its preset/) or a preset directory")
     exporting.add_argument("--model", help="a registered model name, exported with initial (untrained) weights")
-    exporting.add_argument("--all", action="store_true",
-                           help="every registered full-size configuration, initial weights, each under its own name")
-    exporting.add_argument("--format", choices=("saved_model", "onnx", "litert"), default="saved_model",
-                           help="saved_model (TF Serving, default), onnx (onnxruntime) or litert (LiteRT interpreter)")
+    exporting.add_argument(
+        "--all",
+        action="store_true",
+        help="every registered full-size configuration, initial weights, each under its own name",
+    )
+    exporting.add_argument(
+        "--format",
+        choices=("saved_model", "onnx", "litert"),
+        default="saved_model",
+        help="saved_model (TF Serving, default), onnx (onnxruntime) or litert (LiteRT interpreter)",
+    )
     exporting.add_argument("--name", help="serve under this name instead of the model's own (letters, digits, _ - .)")
     exporting.add_argument("--version", type=int, help="version number (default: the next free one)")
     exporting.add_argument("--export-dir", help="export root (default: saved_models, onnx_models or litert_models)")
-    exporting.add_argument("--serve", action="store_true",
-                           help="make models.config serve this version (default: the served version stays)")
-    exporting.add_argument("--allow-chance", action="store_true",
-                           help="export a run or preset whose recorded validation accuracy is at chance (1/classes "
-                                "within 2 standard errors: it learned nothing), which is refused otherwise; "
-                                "metadata.json records it")
+    exporting.add_argument(
+        "--serve", action="store_true", help="make models.config serve this version (default: the served version stays)"
+    )
+    exporting.add_argument(
+        "--allow-chance",
+        action="store_true",
+        help="export a run or preset whose recorded validation accuracy is at chance (1/classes "
+        "within 2 standard errors: it learned nothing), which is refused otherwise; "
+        "metadata.json records it",
+    )
     exporting.add_argument("--jit-compile", action="store_true", help="export an XLA-compiled serving function")
-    exporting.add_argument("--compute-dtype", default="float32",
-                           help="float32 (default), or bfloat16 for a SavedModel whose matmuls run in bfloat16 behind "
-                                "the same float32 signature: faster only on a CPU with bfloat16 units "
-                                "(docs/export.md)")
+    exporting.add_argument(
+        "--compute-dtype",
+        default="float32",
+        help="float32 (default), or bfloat16 for a SavedModel whose matmuls run in bfloat16 behind "
+        "the same float32 signature: faster only on a CPU with bfloat16 units "
+        "(docs/export.md)",
+    )
     exporting.set_defaults(handler=_export)
 
     serving = add("serve", help="choose the version of a SavedModel that models.config serves (TF Serving)")
@@ -422,11 +519,13 @@ def build_parser():
     serving.add_argument("--export-dir", help="export root (default: saved_models)")
     serving.set_defaults(handler=_serve)
 
-    plotting = add("plot", help="draw a training run's or a preset's figures (attention, training curves) as PNG "
-                                "and SVG")
+    plotting = add(
+        "plot", help="draw a training run's or a preset's figures (attention, training curves) as PNG and SVG"
+    )
     plotting.add_argument("source", help="a training run directory or a preset directory")
-    plotting.add_argument("--output", help="directory of the figures (default: SOURCE/figures for a run, "
-                                           "./figures for a preset)")
+    plotting.add_argument(
+        "--output", help="directory of the figures (default: SOURCE/figures for a run, ./figures for a preset)"
+    )
     plotting.add_argument("--dpi", type=float, default=100, help="resolution of the PNG files (default 100)")
     plotting.set_defaults(handler=_plot)
 
@@ -442,51 +541,76 @@ def build_parser():
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")
-    benchmarking.add_argument("--suite", default="cpu",
-                              choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
-                              help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
-                                   "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
-                                   "the accelerator; numerics: training, far centers and large grids in the three "
-                                   "precisions; formats: inference in each export format's runtime beside Keras; steps: "
-                                   "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
-                                   "that the jit_compile=auto rule stands on; scale: training images/s with data "
-                                   "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
-                                   "accelerator); profile: where the quadratic step's time goes, by op kind, from "
-                                   "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
-                                   "with JAX: its kernels, batch 100)")
+    benchmarking.add_argument(
+        "--suite",
+        default="cpu",
+        choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
+        help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
+        "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
+        "the accelerator; numerics: training, far centers and large grids in the three "
+        "precisions; formats: inference in each export format's runtime beside Keras; steps: "
+        "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
+        "that the jit_compile=auto rule stands on; scale: training images/s with data "
+        "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
+        "accelerator); profile: where the quadratic step's time goes, by op kind, from "
+        "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
+        "with JAX: its kernels, batch 100)",
+    )
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
-    benchmarking.add_argument("--models", type=_names,
-                              default=None, help="gpu, steps and formats suites: the models to measure, comma-separated "
-                                                 "(default: the suite's paper models; tiny ones with --quick)")
-    benchmarking.add_argument("--precisions", type=_names,
-                              default=None, help="gpu and steps suites: the training precisions to measure, "
-                                                 "comma-separated (default: float32, mixed_bfloat16 and, on the "
-                                                 "gpu suite, mixed_float16; a GPU run cut short by a time limit "
-                                                 "can measure the rest into a file of its own)")
-    benchmarking.add_argument("--image-size", type=int, default=None,
-                              help="gpu suite: the images' height and width (default: the suite's, 32; 8 with "
-                                   "--quick)")
-    benchmarking.add_argument("--bfloat16-serving", choices=tuple(_BFLOAT16_SERVING), default=None,
-                              help="formats suite: whether to measure the SavedModel computing in bfloat16 (default: "
-                                   "auto, where the CPU has bfloat16 units, AMX or AVX-512 BF16; yes with --quick)")
-    benchmarking.add_argument("--output", default=None,
-                              help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
-                                   "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "
-                                   "bench-formats.json, bench-steps.json, bench-scale.json)")
+    benchmarking.add_argument(
+        "--models",
+        type=_names,
+        default=None,
+        help="gpu, steps and formats suites: the models to measure, comma-separated "
+        "(default: the suite's paper models; tiny ones with --quick)",
+    )
+    benchmarking.add_argument(
+        "--precisions",
+        type=_names,
+        default=None,
+        help="gpu and steps suites: the training precisions to measure, "
+        "comma-separated (default: float32, mixed_bfloat16 and, on the "
+        "gpu suite, mixed_float16; a GPU run cut short by a time limit "
+        "can measure the rest into a file of its own)",
+    )
+    benchmarking.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="gpu suite: the images' height and width (default: the suite's, 32; 8 with --quick)",
+    )
+    benchmarking.add_argument(
+        "--bfloat16-serving",
+        choices=tuple(_BFLOAT16_SERVING),
+        default=None,
+        help="formats suite: whether to measure the SavedModel computing in bfloat16 (default: "
+        "auto, where the CPU has bfloat16 units, AMX or AVX-512 BF16; yes with --quick)",
+    )
+    benchmarking.add_argument(
+        "--output",
+        default=None,
+        help="JSON output, a .md table written beside, and for the cpu and gpu suites a chart "
+        "(.png, .svg) (default: bench.json, bench-gpu.json, numerics.json, "
+        "bench-formats.json, bench-steps.json, bench-scale.json)",
+    )
     benchmarking.set_defaults(handler=_bench)
 
     tabulating = add("table1", help="the paper's Table 1 beside trained runs: a results file (JSON and markdown)")
     tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
     tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
     tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
-    tabulating.add_argument("--commit", help="the package's commit the runs trained with, for runs that did not "
-                                             "record it")
+    tabulating.add_argument(
+        "--commit", help="the package's commit the runs trained with, for runs that did not record it"
+    )
     tabulating.add_argument("--libraries", help='the versions, for runs that did not record them: "jax 0.11.2"')
     tabulating.add_argument("--device", help="the device, for runs that did not record it")
     tabulating.add_argument("--output", default="table1.json", help="JSON output (a .md table is written beside)")
-    tabulating.add_argument("--update", action="store_true",
-                            help="keep the runs of the output's earlier results unless these runs replace their "
-                                 "recipes (the runs of several sessions in one table)")
+    tabulating.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the runs of the output's earlier results unless these runs replace their "
+        "recipes (the runs of several sessions in one table)",
+    )
     tabulating.set_defaults(handler=_table1)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
@@ -494,8 +618,11 @@ def build_parser():
     comparing.add_argument("--models", help="comma-separated model names (default: one small model per encoding)")
     comparing.add_argument("--epochs", type=int, help="override the recipe's epochs")
     comparing.add_argument("--runs-dir", default="runs", help="where the runs go (runs/compare-<model>)")
-    comparing.add_argument("--output", default="compare.json",
-                           help="JSON output (a .md table and a chart, .png and .svg, are written beside)")
+    comparing.add_argument(
+        "--output",
+        default="compare.json",
+        help="JSON output (a .md table and a chart, .png and .svg, are written beside)",
+    )
     comparing.set_defaults(handler=_compare)
     return parser
 
@@ -515,8 +642,8 @@ def _one_line(error, limit=600):
     message = " ".join(str(error).split()) or type(error).__name__
     if len(message) > limit:  # e.g. a backend error that prints a whole tensor: keep what was received
         received = message.rfind("Received:")
-        tail = message[received:received + limit // 2] if received >= 0 else ""
-        head = message[:limit - len(tail)]
+        tail = message[received : received + limit // 2] if received >= 0 else ""
+        head = message[: limit - len(tail)]
         # Shorten at a word's end, never inside a name (a list of models loses its last names, not half of one).
         cut = head.rfind(" ")
         message = (head[:cut] if cut > 0 else head).rstrip(",;") + " ... " + tail
@@ -531,12 +658,19 @@ def _refuse_unknown_arguments(parser, args, unknown):
 
     command = getattr(args, "command", None)
     commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
-    flags = [flag for action in (commands.choices[command] if command else parser)._actions
-             for flag in action.option_strings if flag.startswith("--")]
+    flags = [
+        flag
+        for action in (commands.choices[command] if command else parser)._actions
+        for flag in action.option_strings
+        if flag.startswith("--")
+    ]
     where = f"attnconv {command}" if command else "attnconv"
     first = unknown[0].split("=")[0]
-    print(f"{where}: error: unknown argument {first!r}.{did_you_mean(first, flags)} `{where} --help` lists "
-          f"the arguments. Received: {' '.join(unknown)}", file=sys.stderr)
+    print(
+        f"{where}: error: unknown argument {first!r}.{did_you_mean(first, flags)} `{where} --help` lists "
+        f"the arguments. Received: {' '.join(unknown)}",
+        file=sys.stderr,
+    )
     return 2
 
 

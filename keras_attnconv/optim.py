@@ -43,12 +43,16 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
             raise ValueError(f"`total_steps` must be a positive integer. Received: total_steps={total_steps!r}")
         if not isinstance(warmup_steps, int) or not 0 <= warmup_steps < total_steps:
-            raise ValueError(f"`warmup_steps` must be an integer in [0, total_steps={total_steps}). "
-                             f"Received: warmup_steps={warmup_steps!r}")
-        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int)
-                                            or steps_per_epoch < 1):
-            raise ValueError(f"`steps_per_epoch` must be None or a positive integer. "
-                             f"Received: steps_per_epoch={steps_per_epoch!r}")
+            raise ValueError(
+                f"`warmup_steps` must be an integer in [0, total_steps={total_steps}). "
+                f"Received: warmup_steps={warmup_steps!r}"
+            )
+        if steps_per_epoch is not None and (
+            isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1
+        ):
+            raise ValueError(
+                f"`steps_per_epoch` must be None or a positive integer. Received: steps_per_epoch={steps_per_epoch!r}"
+            )
         self.peak_learning_rate = float(peak_learning_rate)
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
@@ -65,8 +69,12 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < self.warmup_steps, warm, cosine)
 
     def get_config(self):
-        return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps, "steps_per_epoch": self.steps_per_epoch}
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "steps_per_epoch": self.steps_per_epoch,
+        }
 
 
 def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio, min_warmup_epochs=0.0):
@@ -91,10 +99,16 @@ def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio
     check_choice("schedule", kind, SCHEDULES)
     per_epoch = steps_per_epoch + 1 if kind == "official" else steps_per_epoch
     total_steps = epochs * per_epoch
-    warmup = max(math.floor(warmup_ratio * total_steps),  # the official code's int(ratio * total), exactly
-                 math.floor(min(min_warmup_epochs, epochs / 2) * per_epoch))
-    return WarmupCosineDecay(peak_learning_rate, total_steps, warmup_steps=warmup,
-                             steps_per_epoch=steps_per_epoch if kind == "official" else None)
+    warmup = max(
+        math.floor(warmup_ratio * total_steps),  # the official code's int(ratio * total), exactly
+        math.floor(min(min_warmup_epochs, epochs / 2) * per_epoch),
+    )
+    return WarmupCosineDecay(
+        peak_learning_rate,
+        total_steps,
+        warmup_steps=warmup,
+        steps_per_epoch=steps_per_epoch if kind == "official" else None,
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -122,8 +136,15 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
         **kwargs: other `keras.optimizers.Optimizer` arguments (clipnorm, ...).
     """
 
-    def __init__(self, learning_rate=0.1, momentum=0.9, weight_decay=1e-4, no_decay_names=(),
-                 name="coupled_weight_decay_sgd", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.1,
+        momentum=0.9,
+        weight_decay=1e-4,
+        no_decay_names=(),
+        name="coupled_weight_decay_sgd",
+        **kwargs,
+    ):
         # `weight_decay` is ours (coupled); the base class' decoupled decay stays off.
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if not 0.0 <= momentum < 1.0:
@@ -132,8 +153,10 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
             raise ValueError(f"`weight_decay` must be >= 0. Received: weight_decay={weight_decay}")
         names = no_decay_names if isinstance(no_decay_names, (list, tuple)) else None
         if names is None or not all(isinstance(n, str) and n for n in names):
-            raise ValueError("`no_decay_names` must be a list of variable names (as `variable.name`). "
-                             f"Received: no_decay_names={no_decay_names!r}")
+            raise ValueError(
+                "`no_decay_names` must be a list of variable names (as `variable.name`). "
+                f"Received: no_decay_names={no_decay_names!r}"
+            )
         self.momentum = float(momentum)
         self.l2_weight_decay = float(weight_decay)
         self.no_decay_names = tuple(names)
@@ -158,7 +181,11 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"momentum": self.momentum, "weight_decay": self.l2_weight_decay,
-                       "no_decay_names": list(self.no_decay_names)})
+        config.update(
+            {
+                "momentum": self.momentum,
+                "weight_decay": self.l2_weight_decay,
+                "no_decay_names": list(self.no_decay_names),
+            }
+        )
         return config
-

@@ -40,8 +40,7 @@ def small_npz(tmp_path_factory):
 
     x, y = load_arrays("cifar10_sample", "train")
     path = tmp_path_factory.mktemp("data") / "small.npz"
-    np.savez(path, x_train=x[:160, 12:20, 12:20], y_train=y[:160], x_test=x[160:200, 12:20, 12:20],
-             y_test=y[160:200])
+    np.savez(path, x_train=x[:160, 12:20, 12:20], y_train=y[:160], x_test=x[160:200, 12:20, 12:20], y_test=y[160:200])
     return str(path)
 
 

@@ -56,10 +56,13 @@ def value_and_gradients(layer, x, **call_kwargs):
     Returns:
         ``(outputs, [d/dx, *d/d(layer.trainable_variables)])``.
     """
+
     def loss_of(outputs):
         rng = np.random.default_rng(9)
-        return sum(ops.sum(ops.cast(y, "float32") * rng.normal(size=tuple(y.shape)).astype("float32"))
-                   for y in keras.tree.flatten(outputs))
+        return sum(
+            ops.sum(ops.cast(y, "float32") * rng.normal(size=tuple(y.shape)).astype("float32"))
+            for y in keras.tree.flatten(outputs)
+        )
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -94,13 +97,13 @@ def assert_same_values_and_gradients(layer, reference, x, atol=1e-5, **call_kwar
 
     Both layers hold the same weights; the gradients also get a relative tolerance of 1e-5.
     """
-    (y, gradients), (expected_y, expected) = (value_and_gradients(each, x, **call_kwargs)
-                                              for each in (layer, reference))
+    (y, gradients), (expected_y, expected) = (
+        value_and_gradients(each, x, **call_kwargs) for each in (layer, reference)
+    )
     np.testing.assert_allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected_y), atol=atol)
     names = ["inputs", *(v.name for v in reference.trainable_variables)]
     for name, a, b in zip(names, gradients, expected):
-        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5,
-                                   err_msg=name)
+        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5, err_msg=name)
 
 
 def largest_backward_residual(layer, shape):
@@ -244,8 +247,12 @@ def check_dtype_policy(case, policy):
     expected = [("float32" if i in case.float32_outputs else policy.compute_dtype) for i in range(len(outputs))]
     assert [keras.backend.standardize_dtype(y.dtype) for y in outputs] == expected
     assert all(np.isfinite(y).all() for y in numpy_outputs(outputs))
-    float32_weights = {id(w) for sublayer in layer._flatten_layers()
-                       if isinstance(sublayer, case.float32_layers) for w in sublayer.weights}
+    float32_weights = {
+        id(w)
+        for sublayer in layer._flatten_layers()
+        if isinstance(sublayer, case.float32_layers)
+        for w in sublayer.weights
+    }
     dtypes = {w.path: ("float32" if id(w) in float32_weights else policy.variable_dtype) for w in layer.weights}
     assert {w.path: keras.backend.standardize_dtype(w.dtype) for w in layer.weights} == dtypes
 
@@ -274,7 +281,6 @@ LAYER_CHECKS = {
     **{f"dtype_{policy}": functools.partial(check_dtype_policy, policy=policy) for policy in DTYPE_POLICIES},
     "training_step": check_training_step,
 }
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +317,7 @@ def check_distinct_initial_weights(case):
     random = [(path, values) for path, values in random if np.unique(values).size > 1]
     assert len(random) >= 3
     for index, (path, values) in enumerate(random):
-        for other_path, other in random[index + 1:]:
+        for other_path, other in random[index + 1 :]:
             shared = min(values.size, other.size, 8)
             assert not np.array_equal(values[:shared], other[:shared]), (path, other_path)
 
@@ -319,8 +325,11 @@ def check_distinct_initial_weights(case):
 def check_jit_compiled_fit_step(case):
     """One `fit` step compiled with XLA gives a finite loss and changes the weights."""
     model = case.model()
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
     before = [w.copy() for w in model.get_weights()]
     x, y = case.batch()
     history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
@@ -420,14 +429,13 @@ def family_cases(family, shrink=small_overrides):
     return cases
 
 
-
 def walk_modules():
     """``{relative path: source}`` of docs/architecture.md's walk (adding a score and a family): its code
     blocks, each opening with a ``# path.py`` comment."""
     import re
 
     text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
-    section = text[text.index("## Adding a position score or a model family"):]
+    section = text[text.index("## Adding a position score or a model family") :]
     return dict(re.findall(r"```python\n# (\S+\.py)\n(.*?)```", section, re.S))
 
 
@@ -462,8 +470,9 @@ def head_vectors_reference(score):
         return -alpha[:, None] * np.concatenate([np.ones((len(alpha), 1)), -2 * centers], axis=-1)
     if name == "SirenScore":
         return ops.convert_to_numpy(score.head_kernel).astype("float64").T
-    return np.concatenate([ops.convert_to_numpy(score.row_head_vectors),
-                           ops.convert_to_numpy(score.col_head_vectors)], axis=-1)
+    return np.concatenate(
+        [ops.convert_to_numpy(score.row_head_vectors), ops.convert_to_numpy(score.col_head_vectors)], axis=-1
+    )
 
 
 def eq8_reference(layer, x):
@@ -549,8 +558,13 @@ def die_before(owner, name):
 def run_until_killed(script, timeout=300):
     """Runs `script` (after `KILL_PRELUDE`) in a fresh Python process and checks that it died of SIGKILL."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run([sys.executable, "-c", KILL_PRELUDE + textwrap.dedent(script)], env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", KILL_PRELUDE + textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == -signal.SIGKILL, f"the script was not killed where it should be: {result.stderr}"
 
 
@@ -568,8 +582,10 @@ def served_config(root):
     from tensorflow_serving.config import model_server_config_pb2
 
     config = text_format.Parse((root / "models.config").read_text(), model_server_config_pb2.ModelServerConfig())
-    return {entry.name: (entry.base_path, entry.model_platform, list(entry.model_version_policy.specific.versions))
-            for entry in config.model_config_list.config}
+    return {
+        entry.name: (entry.base_path, entry.model_platform, list(entry.model_version_policy.specific.versions))
+        for entry in config.model_config_list.config
+    }
 
 
 def tree_digest(path):
@@ -584,8 +600,17 @@ def quick_bench_on_jax(suite, output, environment):
     TensorFlow): asserts it succeeded and returns (its results file's JSON, the completed process)."""
     import json
 
-    command = [sys.executable, "-m", "keras_attnconv.cli", "bench", "--suite", suite, "--quick", "--output",
-               str(output)]
+    command = [
+        sys.executable,
+        "-m",
+        "keras_attnconv.cli",
+        "bench",
+        "--suite",
+        suite,
+        "--quick",
+        "--output",
+        str(output),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     assert result.returncode == 0, result.stderr
     results = json.loads(Path(output).read_text())

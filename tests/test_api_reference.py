@@ -43,7 +43,8 @@ def page_of(output, module_name):
 def test_pdoc_builds_the_reference_without_a_warning(reference):
     output, caught = reference
     assert not caught, "pdoc warned:\n" + "\n\n".join(
-        f"{w.category.__name__} ({w.filename}:{w.lineno}): {w.message}" for w in caught)
+        f"{w.category.__name__} ({w.filename}:{w.lineno}): {w.message}" for w in caught
+    )
     assert (output / "index.html").is_file()
 
 
@@ -57,8 +58,10 @@ def test_every_public_name_has_an_entry_in_the_reference(reference, module_name)
     missing = []
     for name in names:
         if inspect.ismodule(getattr(module, name)):  # a subpackage: a page of its own, linked from this one
-            found = (page_of(output, f"{module_name}.{name}").is_file()
-                     and f'href="{module_name.rpartition(".")[2]}/{name}.html"' in page)
+            found = (
+                page_of(output, f"{module_name}.{name}").is_file()
+                and f'href="{module_name.rpartition(".")[2]}/{name}.html"' in page
+            )
         else:  # a class, function or constant: its section on the package's page
             found = f'<section id="{name}">' in page
         if not found:

@@ -17,8 +17,14 @@ from keras_attnconv.utils.ownership import MARKER
 
 
 def run_cli(*args, **env):
-    return subprocess.run([sys.executable, "-m", "keras_attnconv.cli", *args], check=False, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "keras_attnconv.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
 
 
 def test_list_prints_our_and_the_papers_figures(capsys):
@@ -37,36 +43,56 @@ def test_help_and_argument_checks_load_no_subcommands_work():
     # `attnconv` imports what a subcommand works with only when it runs: --help and a rejected flag load the
     # library (`import keras_attnconv` registers its Keras classes) and the commands' settings, not the
     # benchmarks, figures, comparisons, data loaders, nor TF Serving's, TFDS's or ONNX's packages.
-    script = ("import sys; from keras_attnconv import cli\n"
-              "assert cli.main(['train', '--jit-compile', 'maybe']) == 2\n"
-              "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-              "print(sorted(sys.modules))")
+    script = (
+        "import sys; from keras_attnconv import cli\n"
+        "assert cli.main(['train', '--jit-compile', 'maybe']) == 2\n"
+        "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     loaded = eval(result.stdout.strip().splitlines()[-1])
     assert "keras_attnconv.layers" in loaded and "keras_attnconv.training.recipe" in loaded
-    work = ("keras_attnconv.bench", "keras_attnconv.training.figures", "keras_attnconv.analysis.viz",
-            "keras_attnconv.training.comparison", "keras_attnconv.training.numerics", "keras_attnconv.training.data",
-            "keras_attnconv.training.input_pipeline", "tensorflow_serving", "tensorflow_datasets", "onnx", "tf2onnx")
+    work = (
+        "keras_attnconv.bench",
+        "keras_attnconv.training.figures",
+        "keras_attnconv.analysis.viz",
+        "keras_attnconv.training.comparison",
+        "keras_attnconv.training.numerics",
+        "keras_attnconv.training.data",
+        "keras_attnconv.training.input_pipeline",
+        "tensorflow_serving",
+        "tensorflow_datasets",
+        "onnx",
+        "tf2onnx",
+    )
     assert [m for m in loaded if m.split(".")[0] in work or m.startswith(work)] == []
     assert "usage: attnconv" in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "--jit-compile", "maybe"], "`jit_compile` must be true, false or \"auto\" .* Received: jit_compile='maybe'"),
-    (["train", "--learning-rate", "-1"], "Received: learning_rate=-1"),
-    (["train", "--momentum", "1.5"], "Received: momentum=1.5"),
-    (["train", "--seed", "x"], "Received: seed='x'"),
-    (["train", "--download", "yes"], "Received: download='yes'"),
-    (["train", "--epochs", "0"], "Received: epochs=0"),
-    (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
-    (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
-    (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
-    (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
-    (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: name='../../x'"),
-    (["export", "--model", "quadratic_tiny", "--compute-dtype", "bfloat17"],
-     "Did you mean 'bfloat16'.*Received: compute_dtype='bfloat17'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["train", "--jit-compile", "maybe"],
+            "`jit_compile` must be true, false or \"auto\" .* Received: jit_compile='maybe'",
+        ),
+        (["train", "--learning-rate", "-1"], "Received: learning_rate=-1"),
+        (["train", "--momentum", "1.5"], "Received: momentum=1.5"),
+        (["train", "--seed", "x"], "Received: seed='x'"),
+        (["train", "--download", "yes"], "Received: download='yes'"),
+        (["train", "--epochs", "0"], "Received: epochs=0"),
+        (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
+        (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
+        (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
+        (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
+        (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: name='../../x'"),
+        (
+            ["export", "--model", "quadratic_tiny", "--compute-dtype", "bfloat17"],
+            "Did you mean 'bfloat16'.*Received: compute_dtype='bfloat17'",
+        ),
+    ],
+)
 def test_errors_are_one_line_naming_the_value_with_exit_code_2(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -81,8 +107,20 @@ def test_a_malformed_recipe_names_the_file(tmp_path, capsys):
 
 
 def test_an_unknown_model_fails_before_anything_is_written(tmp_path, capsys):
-    assert cli.main(["train", "--model", "quadratik", "--runs-dir", str(tmp_path / "runs"),
-                     "--export-dir", str(tmp_path / "saved")]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "--model",
+                "quadratik",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--export-dir",
+                str(tmp_path / "saved"),
+            ]
+        )
+        == 2
+    )
     assert "Did you mean 'quadratic'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
@@ -102,8 +140,9 @@ def test_no_native_start_up_noise_on_a_cpu_machine():
 
 def test_a_reader_that_stops_reading_is_no_error():
     # `attnconv recipes | grep -q quadratic`, `attnconv list | head -3`: the pipe closes before the output is written.
-    process = subprocess.Popen([sys.executable, "-m", "keras_attnconv.cli", "list"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_attnconv.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     process.stdout.close()
     assert process.wait(timeout=120) == 141
     assert process.stderr.read() == ""
@@ -117,8 +156,9 @@ def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
         os.write(2, b"I0000 00:00:1795451018.238620    2360 cudart_stub.cc:31] Could not find cuda drivers\n")
         os.write(2, b"E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\n")
         os.write(2, b"a Python warning\n")
-    assert capfd.readouterr().err == ("E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\n"
-                                      "a Python warning\n")
+    assert capfd.readouterr().err == (
+        "E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\na Python warning\n"
+    )
 
 
 @pytest.mark.skipif(shutil.which("attnconv") is None, reason="console script not on PATH")
@@ -130,8 +170,9 @@ def test_console_script_help():
 
 def _written_and_absent(out):
     lines = out.splitlines()
-    return [line for line in lines if not line.startswith("not drawn: ")], \
-        [line for line in lines if line.startswith("not drawn: ")]
+    return [line for line in lines if not line.startswith("not drawn: ")], [
+        line for line in lines if line.startswith("not drawn: ")
+    ]
 
 
 def test_plot_writes_each_figure_of_a_run_or_a_preset_as_png_and_svg(tmp_path, capsys):
@@ -147,12 +188,15 @@ def test_plot_writes_each_figure_of_a_run_or_a_preset_as_png_and_svg(tmp_path, c
     assert cli.main(["plot", str(run), "--dpi", "40"]) == 0
     written, absent = _written_and_absent(capsys.readouterr().out)
     assert written == [str(run / "figures" / f"{name}.{suffix}") for name in names for suffix in ("png", "svg")]
-    assert absent == [f"not drawn: centers_history: no centers_history.npz in {run} (recorded for quadratic and "
-                      "Gaussian heads)"]
+    assert absent == [
+        f"not drawn: centers_history: no centers_history.npz in {run} (recorded for quadratic and Gaussian heads)"
+    ]
     assert all(open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for path in written[::2])
     assert cli.main(["plot", str(run / "preset"), "--output", str(tmp_path / "elsewhere"), "--dpi", "40"]) == 0
     written, _ = _written_and_absent(capsys.readouterr().out)
-    assert written == [str(tmp_path / "elsewhere" / f"{name}.{suffix}") for name in names[1:] for suffix in ("png", "svg")]
+    assert written == [
+        str(tmp_path / "elsewhere" / f"{name}.{suffix}") for name in names[1:] for suffix in ("png", "svg")
+    ]
     preset_files = [MARKER, "config.json", "metadata.json", "model.weights.h5"]
     assert sorted(p.name for p in (run / "preset").iterdir()) == preset_files
 
@@ -173,18 +217,35 @@ def test_convert_prints_the_conversion_error(capsys):
 def test_compare_with_an_unknown_model_fails_before_any_training(tmp_path, capsys):
     recipe = tmp_path / "tiny.toml"
     recipe.write_text("epochs = 1\n")
-    assert cli.main(["compare", "--recipe", str(recipe), "--models", "quadratic_tiny,quadratic_spam_tiny",
-                     "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--recipe",
+                str(recipe),
+                "--models",
+                "quadratic_tiny,quadratic_spam_tiny",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--output",
+                str(tmp_path / "c.json"),
+            ]
+        )
+        == 2
+    )
     assert "Did you mean 'quadratic_span_tiny'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["convert", "--size", "0"], "Received: size=0"),
-    (["convert", "--kernel-size", "5", "--size", "3", "--padding", "valid"], "at least 5 pixels.*Received: size=3"),
-    (["train", "--seed", "-1"], "Received: seed=-1"),
-    (["train", "--seed", "4294967296"], "Received: seed=4294967296"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["convert", "--size", "0"], "Received: size=0"),
+        (["convert", "--kernel-size", "5", "--size", "3", "--padding", "valid"], "at least 5 pixels.*Received: size=3"),
+        (["train", "--seed", "-1"], "Received: seed=-1"),
+        (["train", "--seed", "4294967296"], "Received: seed=4294967296"),
+    ],
+)
 def test_more_bad_values_are_named_in_one_line(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -196,8 +257,10 @@ def test_paths_that_cannot_be_written_are_named_before_any_work(tmp_path, capsys
     common = ["--model", "quadratic_tiny", "--dataset", small_npz, "--epochs", "1", "--jit-compile", "false"]
     cases = [
         (["train", *common, "--run-dir", str(tmp_path / "file" / "run"), "--export-dir", "none"], "run_dir"),
-        (["train", *common, "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "file" / "sm")],
-         "export_dir"),
+        (
+            ["train", *common, "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "file" / "sm")],
+            "export_dir",
+        ),
         (["bench", "--quick", "--output", str(tmp_path / "file" / "bench.json")], "output"),
     ]
     for args, argument in cases:
@@ -208,8 +271,24 @@ def test_paths_that_cannot_be_written_are_named_before_any_work(tmp_path, capsys
 
 
 def test_an_override_of_what_the_dataset_decides_is_refused(tmp_path, capsys, small_npz):
-    assert cli.main(["train", "--model", "quadratic_tiny", "--dataset", small_npz, "--model-overrides",
-                     "{image_size = 64}", "--run-dir", str(tmp_path / "run"), "--export-dir", "none"]) == 2
+    assert (
+        cli.main(
+            [
+                "train",
+                "--model",
+                "quadratic_tiny",
+                "--dataset",
+                small_npz,
+                "--model-overrides",
+                "{image_size = 64}",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--export-dir",
+                "none",
+            ]
+        )
+        == 2
+    )
     assert "`image_size` comes from the dataset (8 for" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
@@ -219,12 +298,14 @@ def test_a_long_message_keeps_what_was_received():
     assert len(message) < 700 and message.endswith("Received: value=42")
 
 
-
-@pytest.mark.parametrize("args, unrecognized", [
-    (["train", "--epoch", "0"], "--epoch 0"),  # not --epochs (values that fail at once where it was taken)
-    (["export", "--mod", "nosuch"], "--mod"),  # nosuch is then its SOURCE
-    (["compare", "--model", "nosuch"], "--model nosuch"),  # not --models
-])
+@pytest.mark.parametrize(
+    "args, unrecognized",
+    [
+        (["train", "--epoch", "0"], "--epoch 0"),  # not --epochs (values that fail at once where it was taken)
+        (["export", "--mod", "nosuch"], "--mod"),  # nosuch is then its SOURCE
+        (["compare", "--model", "nosuch"], "--model nosuch"),  # not --models
+    ],
+)
 def test_an_abbreviated_option_is_not_taken_for_another(capsys, args, unrecognized):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -232,30 +313,59 @@ def test_an_abbreviated_option_is_not_taken_for_another(capsys, args, unrecogniz
     assert err.rstrip().endswith(f"Received: {unrecognized}")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "--epocs", "3"], r"^attnconv train: error: unknown argument '--epocs'. Did you mean '--epochs'"),
-    (["export", "--export_dir", "x"], r"unknown argument '--export_dir'. Did you mean '--export-dir'"),
-    (["--verbsoe"], r"^attnconv: error: unknown argument '--verbsoe'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--epocs", "3"], r"^attnconv train: error: unknown argument '--epocs'. Did you mean '--epochs'"),
+        (["export", "--export_dir", "x"], r"unknown argument '--export_dir'. Did you mean '--export-dir'"),
+        (["--verbsoe"], r"^attnconv: error: unknown argument '--verbsoe'"),
+    ],
+)
 def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(message, err), err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "--recipe", ""], r"`recipe` must be a non-empty path. Received: recipe=''"),  # not "no recipe"
-    # none means no export in `attnconv train`; it used to mean the default folder in export and serve.
-    (["export", "--model", "quadratic_tiny", "--export-dir", "none"], r"means no export.*export_dir='none'"),
-    (["serve", "quadratic_tiny", "1", "--export-dir", "None"], r"means no export.*export_dir='None'"),
-    (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
-    (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
-    (["train", "--strategy", "data_parallel", "--coordinator", "localhost", "--num-processes", "2", "--process-id",
-      "0"], r"`coordinator` must be .*host:port.*Received: coordinator='localhost'"),
-    (["train", "--strategy", "data_parallel", "--coordinator", "localhost:99999", "--num-processes", "2",
-      "--process-id", "0"],
-     r"port from 1 to 65535.*Received: coordinator='localhost:99999'"),  # JAX would wait forever
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--recipe", ""], r"`recipe` must be a non-empty path. Received: recipe=''"),  # not "no recipe"
+        # none means no export in `attnconv train`; it used to mean the default folder in export and serve.
+        (["export", "--model", "quadratic_tiny", "--export-dir", "none"], r"means no export.*export_dir='none'"),
+        (["serve", "quadratic_tiny", "1", "--export-dir", "None"], r"means no export.*export_dir='None'"),
+        (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
+        (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
+        (
+            [
+                "train",
+                "--strategy",
+                "data_parallel",
+                "--coordinator",
+                "localhost",
+                "--num-processes",
+                "2",
+                "--process-id",
+                "0",
+            ],
+            r"`coordinator` must be .*host:port.*Received: coordinator='localhost'",
+        ),
+        (
+            [
+                "train",
+                "--strategy",
+                "data_parallel",
+                "--coordinator",
+                "localhost:99999",
+                "--num-processes",
+                "2",
+                "--process-id",
+                "0",
+            ],
+            r"port from 1 to 65535.*Received: coordinator='localhost:99999'",
+        ),  # JAX would wait forever
+    ],
+)
 def test_a_bad_recipe_model_or_coordinator_is_named_as_given(capsys, args, message):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
@@ -293,8 +403,7 @@ def test_plot_of_a_resnet_run_draws_its_curves_and_says_why_the_rest_is_absent(t
     assert cli.main(["plot", str(run), "--dpi", "40"]) == 0
     written, absent = _written_and_absent(capsys.readouterr().out)
     assert written == [str(run / "figures" / f"training_curves.{suffix}") for suffix in ("png", "svg")]
-    assert [line.split(":")[1].strip() for line in absent] == ["centers_history", "attention_centers",
-                                                               "attention_maps"]
+    assert [line.split(":")[1].strip() for line in absent] == ["centers_history", "attention_centers", "attention_maps"]
     assert absent[-1] == "not drawn: attention_maps: ResNet resnet_tiny has no attention heads"
 
 
@@ -305,28 +414,37 @@ def test_plot_draws_the_windows_of_a_windowed_model(tmp_path, capsys):
     preset = save_to_preset(model, tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
     assert cli.main(["plot", str(preset), "--output", str(tmp_path / "figures"), "--dpi", "40"]) == 0
     written, _ = _written_and_absent(capsys.readouterr().out)
-    assert written == [str(tmp_path / "figures" / f"attention_maps_{i}.{suffix}") for i in (0, 1)
-                       for suffix in ("png", "svg")]
+    assert written == [
+        str(tmp_path / "figures" / f"attention_maps_{i}.{suffix}") for i in (0, 1) for suffix in ("png", "svg")
+    ]
 
 
 def test_plot_never_replaces_a_users_file(tmp_path, capsys):
     from keras_attnconv import build_model, save_to_preset
 
-    preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
-                            tmp_path / "preset", metadata={"dataset": "cifar10_sample"})
+    preset = save_to_preset(
+        build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
+        tmp_path / "preset",
+        metadata={"dataset": "cifar10_sample"},
+    )
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "attention_centers.svg").write_text("mine")
     assert cli.main(["plot", str(preset), "--output", str(mine)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "attention_centers.svg exists" in err and f"Received: output='{mine}'" in err
-    assert [p.name for p in mine.iterdir()] == ["attention_centers.svg"] and (mine / "attention_centers.svg").read_text() == "mine"
+    assert [p.name for p in mine.iterdir()] == ["attention_centers.svg"] and (
+        mine / "attention_centers.svg"
+    ).read_text() == "mine"
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"epochs = 3 # \xff\xfe\n", "it is not UTF-8 text"),
-    (b"model_overrides = " + b"[" * 50_000 + b"]" * 50_000 + b"\n", "it is nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"epochs = 3 # \xff\xfe\n", "it is not UTF-8 text"),
+        (b"model_overrides = " + b"[" * 50_000 + b"]" * 50_000 + b"\n", "it is nested too deeply"),
+    ],
+)
 def test_a_recipe_that_cannot_be_parsed_is_named_in_one_line(tmp_path, capsys, content, reason):
     recipe = tmp_path / "bad.toml"
     recipe.write_bytes(content)
@@ -336,10 +454,12 @@ def test_a_recipe_that_cannot_be_parsed_is_named_in_one_line(tmp_path, capsys, c
 
 
 @pytest.mark.parametrize("flag", ["--name", "--run-dir", "--runs-dir", "--export-dir"])
-@pytest.mark.parametrize("value, message", [("a\0b", "cannot hold a NUL byte"),
-                                            ("x" * 300, "has a name of 300 characters")])
-def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(tmp_path, capsys, monkeypatch, flag, value,
-                                                                        message):
+@pytest.mark.parametrize(
+    "value, message", [("a\0b", "cannot hold a NUL byte"), ("x" * 300, "has a name of 300 characters")]
+)
+def test_a_name_or_path_the_system_cannot_take_is_named_before_any_work(
+    tmp_path, capsys, monkeypatch, flag, value, message
+):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["train", "--model", "quadratic_tiny", flag, value]) == 2
     err = capsys.readouterr().err
@@ -357,12 +477,15 @@ def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(bench, "run_benchmark", no_work)
     monkeypatch.setattr(figures, "run_figures", no_work)
-    preset = save_to_preset(build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8),
-                            tmp_path / "preset")
+    preset = save_to_preset(
+        build_model("quadratic_tiny", num_layers=1, hidden_dim=8, intermediate_dim=8), tmp_path / "preset"
+    )
     (tmp_path / "file").write_text("mine")
-    cases = [(["bench", "--output", ""], "`output` must be a non-empty path. Received: output=''"),  # not the default
-             (["plot", str(preset), "--output", str(tmp_path / "file")], f"{tmp_path / 'file'} is a file"),
-             (["plot", str(preset), "--output", "a\0b"], "`output` cannot hold a NUL byte")]
+    cases = [
+        (["bench", "--output", ""], "`output` must be a non-empty path. Received: output=''"),  # not the default
+        (["plot", str(preset), "--output", str(tmp_path / "file")], f"{tmp_path / 'file'} is a file"),
+        (["plot", str(preset), "--output", "a\0b"], "`output` cannot hold a NUL byte"),
+    ]
     for args, message in cases:
         assert cli.main(args) == 2
         err = capsys.readouterr().err
@@ -373,8 +496,24 @@ def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
 def test_compare_takes_epochs_0_as_given_not_as_absent(tmp_path, capsys):
     recipe = tmp_path / "tiny.toml"
     recipe.write_text("epochs = 1\n")
-    assert cli.main(["compare", "--recipe", str(recipe), "--epochs", "0", "--models", "quadratic_tiny",
-                     "--runs-dir", str(tmp_path / "runs"), "--output", str(tmp_path / "c.json")]) == 2
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--recipe",
+                str(recipe),
+                "--epochs",
+                "0",
+                "--models",
+                "quadratic_tiny",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--output",
+                str(tmp_path / "c.json"),
+            ]
+        )
+        == 2
+    )
     assert "Received: epochs=0" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
 

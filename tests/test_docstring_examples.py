@@ -56,8 +56,10 @@ def test_the_docstring_example_runs_and_prints_what_it_shows(example):
     result = runner.run(example, out=report.write)
     assert result.attempted == len(example.examples) > 0
     if result.failed:
-        pytest.fail(f"{result.failed} of {result.attempted} statements of {example.name} failed:\n"
-                    f"{report.getvalue()}", pytrace=False)
+        pytest.fail(
+            f"{result.failed} of {result.attempted} statements of {example.name} failed:\n{report.getvalue()}",
+            pytrace=False,
+        )
 
 
 def test_every_example_in_the_source_is_one_the_tests_run():

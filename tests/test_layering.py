@@ -10,8 +10,18 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "keras_attnconv"
-FLOORS = {"version": 1, "utils": 1, "layers": 2, "optim": 2, "models": 3, "analysis": 4, "export": 4,
-          "training": 5, "bench": 5, "cli": 6}
+FLOORS = {
+    "version": 1,
+    "utils": 1,
+    "layers": 2,
+    "optim": 2,
+    "models": 3,
+    "analysis": 4,
+    "export": 4,
+    "training": 5,
+    "bench": 5,
+    "cli": 6,
+}
 LIBRARY = {"version", "utils", "layers", "optim", "models", "analysis"}  # what a notebook imports
 MODULES = sorted(path for path in PACKAGE.rglob("*.py"))
 
@@ -36,8 +46,11 @@ def _imported_entries(path):
 
 
 def test_the_package_top_holds_at_most_eleven_entries_each_on_its_floor():
-    entries = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir()
-               if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists())}
+    entries = {
+        path.stem if path.is_file() else path.name
+        for path in PACKAGE.iterdir()
+        if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists())
+    }
     assert entries - {"__init__"} == set(FLOORS) and len(entries) <= 11
 
 
@@ -47,9 +60,11 @@ def test_no_import_runs_upward_or_sideways(path):
     if entry == "__init__":  # the package's face: the library's public names
         assert {imported for _, imported in _imported_entries(path)} <= LIBRARY
         return
-    wrong = [f"line {line}: {entry} (floor {FLOORS[entry]}) imports {imported} (floor {FLOORS.get(imported)})"
-             for line, imported in _imported_entries(path)
-             if imported != entry and FLOORS.get(imported, 99) >= FLOORS[entry]]
+    wrong = [
+        f"line {line}: {entry} (floor {FLOORS[entry]}) imports {imported} (floor {FLOORS.get(imported)})"
+        for line, imported in _imported_entries(path)
+        if imported != entry and FLOORS.get(imported, 99) >= FLOORS[entry]
+    ]
     assert not wrong, wrong
 
 
@@ -61,16 +76,24 @@ def test_nothing_imports_the_package_root_or_imports_by_name_at_run_time(path):
     assert "meta_path" not in ast.dump(tree)  # no import hook
     for node in ast.walk(tree):  # `__import__(module)` of a third-party runtime by its name is fine; ours is not
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
-                "__import__", "import_module"):
+            "__import__",
+            "import_module",
+        ):
             argument = node.args[0]
             assert not isinstance(argument, ast.JoinedStr), f"line {node.lineno}: an import by a computed name"
-            assert not (isinstance(argument, ast.Constant) and str(argument.value).startswith("keras_attnconv")), \
+            assert not (isinstance(argument, ast.Constant) and str(argument.value).startswith("keras_attnconv")), (
                 f"line {node.lineno}: the package imported by name"
+            )
 
 
 def test_the_library_imports_no_application_module():
-    offending = [f"{path.relative_to(PACKAGE)}:{line} imports {imported}" for path in MODULES
-                 if _entry(path) in LIBRARY for line, imported in _imported_entries(path) if imported not in LIBRARY]
+    offending = [
+        f"{path.relative_to(PACKAGE)}:{line} imports {imported}"
+        for path in MODULES
+        if _entry(path) in LIBRARY
+        for line, imported in _imported_entries(path)
+        if imported not in LIBRARY
+    ]
     assert not offending, offending
 
 

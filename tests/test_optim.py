@@ -32,11 +32,14 @@ def test_schedule_serializes():
     assert clone.get_config() == schedule.get_config()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"peak_learning_rate": 0.0, "total_steps": 10}, "peak_learning_rate=0.0"),
-    ({"peak_learning_rate": 0.1, "total_steps": 0}, "total_steps=0"),
-    ({"peak_learning_rate": 0.1, "total_steps": 10, "warmup_steps": 10}, "warmup_steps=10"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"peak_learning_rate": 0.0, "total_steps": 10}, "peak_learning_rate=0.0"),
+        ({"peak_learning_rate": 0.1, "total_steps": 0}, "total_steps=0"),
+        ({"peak_learning_rate": 0.1, "total_steps": 10, "warmup_steps": 10}, "warmup_steps=10"),
+    ],
+)
 def test_schedule_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WarmupCosineDecay(**kwargs)
@@ -48,8 +51,11 @@ def test_weight_decay_is_l2_added_to_the_gradient_before_momentum():
     optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=0.1)
     w0 = np.array([1.0, -2.0, 3.0], "float32")
     variable = keras.Variable(w0)
-    gradients = [np.array([0.5, 0.5, -1.0], "float32"), np.array([-0.2, 0.1, 0.3], "float32"),
-                 np.array([0.05, -0.4, 0.2], "float32")]
+    gradients = [
+        np.array([0.5, 0.5, -1.0], "float32"),
+        np.array([-0.2, 0.1, 0.3], "float32"),
+        np.array([0.05, -0.4, 0.2], "float32"),
+    ]
     w, buffer = w0.astype("float64"), np.zeros(3)
     for step, gradient in enumerate(gradients):
         optimizer.apply_gradients([(ops.convert_to_tensor(gradient), variable)])
@@ -83,26 +89,45 @@ def diagonal_gaussian_heads():
 def model_weights(name, **overrides):
     def weights():
         return keras_attnconv.build_model(name, **overrides).trainable_weights
+
     return weights
 
 
 #: What the official code spares from weight decay, per kind of weight, written out here rather than taken from the
 #: package: (an official recipe, the weights of a model or layer holding that kind, the names spared there).
 SPARED = {
-    "quadratic centers and spreads": ("quadratic", model_weights("quadratic_tiny", quadratic_width="spread"),
-                                      {"centers", "spreads"}),
-    "quadratic centers and alphas": ("quadratic", model_weights("quadratic_tiny", quadratic_width="alpha"),
-                                     {"centers", "alpha"}),
-    "gaussian centers and covariances": ("gaussian", model_weights("gaussian_tiny"),
-                                         {"centers", "inverse_sqrt_covariance"}),
-    "diagonal gaussian centers and variances": ("gaussian", diagonal_gaussian_heads,
-                                                {"centers", "inverse_sqrt_variances"}),
+    "quadratic centers and spreads": (
+        "quadratic",
+        model_weights("quadratic_tiny", quadratic_width="spread"),
+        {"centers", "spreads"},
+    ),
+    "quadratic centers and alphas": (
+        "quadratic",
+        model_weights("quadratic_tiny", quadratic_width="alpha"),
+        {"centers", "alpha"},
+    ),
+    "gaussian centers and covariances": (
+        "gaussian",
+        model_weights("gaussian_tiny"),
+        {"centers", "inverse_sqrt_covariance"},
+    ),
+    "diagonal gaussian centers and variances": (
+        "gaussian",
+        diagonal_gaussian_heads,
+        {"centers", "inverse_sqrt_variances"},
+    ),
     "span centers and widths": ("learned", model_weights("learned_span_tiny"), {"span_center", "span_raw_sigma"}),
-    "quadratic heads with a span": ("quadratic", model_weights("quadratic_span_tiny"),
-                                    {"centers", "alpha", "span_center", "span_raw_sigma"}),
+    "quadratic heads with a span": (
+        "quadratic",
+        model_weights("quadratic_span_tiny"),
+        {"centers", "alpha", "span_center", "span_raw_sigma"},
+    ),
     "learned encodings: none": ("learned", model_weights("learned_tiny"), set()),
-    "learned encodings with content: none": ("learned_content_official",
-                                             model_weights("learned_content_official_tiny"), set()),
+    "learned encodings with content: none": (
+        "learned_content_official",
+        model_weights("learned_content_official_tiny"),
+        set(),
+    ),
     "siren encodings: none": ("quadratic", model_weights("siren_tiny"), set()),
     "resnet: none": ("resnet18", model_weights("resnet_tiny"), set()),
 }
@@ -110,8 +135,8 @@ SPARED = {
 
 @pytest.mark.parametrize("kind", SPARED)
 def test_the_official_recipes_spare_exactly_the_centers_and_spreads_from_weight_decay(kind):
-    from keras_attnconv.training.recipe import load_recipe
     from keras_attnconv.training.fit import run_optimizer
+    from keras_attnconv.training.recipe import load_recipe
 
     recipe, weights_of, spared_names = SPARED[kind]
     config = load_recipe(RECIPES / f"{recipe}.toml")

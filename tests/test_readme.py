@@ -2,9 +2,9 @@
 link, recipe and file they give exists in the package as it is."""
 
 import ast
-import json
 import importlib
 import importlib.util
+import json
 import re
 import shlex
 import textwrap
@@ -34,7 +34,7 @@ def the_page_holding(marker):
 
 def table_rows(text, header):
     """The rows (lists of cells) of the markdown table whose header line starts with `header`."""
-    lines = text[text.index(header):].split("\n\n")[0].splitlines()
+    lines = text[text.index(header) :].split("\n\n")[0].splitlines()
     return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:]]
 
 
@@ -80,9 +80,12 @@ OTHER_SPELLINGS = re.compile(r"centre|centred|centring|neighborhood(?! Attention
 def test_the_package_and_its_documentation_spell_each_concept_one_way():
     files = [*pages(), *sorted((ROOT / "keras_attnconv").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
     assert DOCS / "models.md" in files  # docs/ is searched too
-    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files
-             for number, line in enumerate(path.read_text().splitlines(), 1)
-             if OTHER_SPELLINGS.search(line) and path != Path(__file__)]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if OTHER_SPELLINGS.search(line) and path != Path(__file__)
+    ]
     assert not found, "\n".join(found)
 
 
@@ -91,9 +94,19 @@ def test_every_function_the_documentation_names_is_reachable_after_importing_the
     import keras_attnconv
 
     text = "\n".join(page.read_text() for page in pages())
-    for name in ("prune_degenerate_heads", "with_attention_options", "count_flops", "compile_for_fine_tuning",
-                 "build_model", "from_preset", "save_to_preset", "list_models", "get_model_config",
-                 "get_paper_figures", "conv_to_attention"):
+    for name in (
+        "prune_degenerate_heads",
+        "with_attention_options",
+        "count_flops",
+        "compile_for_fine_tuning",
+        "build_model",
+        "from_preset",
+        "save_to_preset",
+        "list_models",
+        "get_model_config",
+        "get_paper_figures",
+        "conv_to_attention",
+    ):
         assert f"`{name}(" in text or f"`{name}`" in text, name  # the documentation still names it
         assert callable(getattr(keras_attnconv, name)), name
     from keras_attnconv.models import with_attention_options  # noqa: F401 (the issue's failing import)
@@ -151,8 +164,9 @@ def test_every_import_in_a_python_block_of_the_documentation_runs():
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             modules = [node.module] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
-            if not all(m.split(".")[0] == "keras_attnconv" or importlib.util.find_spec(m.split(".")[0])
-                       for m in modules):
+            if not all(
+                m.split(".")[0] == "keras_attnconv" or importlib.util.find_spec(m.split(".")[0]) for m in modules
+            ):
                 continue
             statement = ast.unparse(node)
             try:
@@ -250,8 +264,11 @@ def test_the_front_pages_figures_are_committed_files_drawn_by_the_command_it_nam
 
 def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names():
     text = README.read_text()
-    commands = re.findall(r"attnconv\s+bench\s+--suite\s+gpu((?:\s+--(?!output)\S+\s+\S+)*)\s+--output\s+"
-                          r"(training/results/\S+\.json)`", text)
+    commands = re.findall(
+        r"attnconv\s+bench\s+--suite\s+gpu((?:\s+--(?!output)\S+\s+\S+)*)\s+--output\s+"
+        r"(training/results/\S+\.json)`",
+        text,
+    )
     assert len(commands) == 3, "the README names the commands that measured its GPU table, one per file"
     measured = {}
     for options, path in commands:
@@ -278,7 +295,7 @@ def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names
 def test_the_cpu_table_is_the_results_file_of_the_command_it_names():
     header = "| model | precision | XLA step ms | graph step ms |"
     text = the_page_holding(header)
-    commands = re.findall(r"`attnconv bench --output (training/results/\S+\.json)`", text[:text.index(header)])
+    commands = re.findall(r"`attnconv bench --output (training/results/\S+\.json)`", text[: text.index(header)])
     assert commands, "the page names the command that measured its CPU table, before it"
     results = json.loads((ROOT / commands[-1]).read_text())
     assert results["machine"]["cpu"]["bfloat16_units"] == "AMX"  # the CPU the README's paragraph names

@@ -14,16 +14,19 @@ def _decorated_classes():
     names = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and any("register_keras_serializable" in ast.unparse(decorator)
-                                                      for decorator in node.decorator_list):
+            if isinstance(node, ast.ClassDef) and any(
+                "register_keras_serializable" in ast.unparse(decorator) for decorator in node.decorator_list
+            ):
                 names.add(node.name)
     return names
 
 
 def test_importing_the_package_registers_every_serializable_class_in_a_fresh_process():
-    script = ("import json, keras, keras_attnconv\n"
-              "print(json.dumps(sorted(k.split('>')[1] for k in keras.saving.get_custom_objects() "
-              "if k.startswith('keras_attnconv>'))))")
+    script = (
+        "import json, keras, keras_attnconv\n"
+        "print(json.dumps(sorted(k.split('>')[1] for k in keras.saving.get_custom_objects() "
+        "if k.startswith('keras_attnconv>'))))"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     registered = set(json.loads(result.stdout.strip().splitlines()[-1]))
@@ -36,8 +39,9 @@ def test_a_saved_model_loads_after_importing_the_package_alone(tmp_path):
 
     path = tmp_path / "model.keras"
     tiny_model().save(path)
-    script = (f"import keras, keras_attnconv\nmodel = keras.saving.load_model({str(path)!r})\n"
-              "print(type(model).__name__)")
+    script = (
+        f"import keras, keras_attnconv\nmodel = keras.saving.load_model({str(path)!r})\nprint(type(model).__name__)"
+    )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == type(tiny_model()).__name__

@@ -8,7 +8,12 @@ from keras_attnconv.analysis.attention import (
     load_centers_history,
 )
 from keras_attnconv.analysis.conversion import ConversionMeasurement, conv_to_attention, measure_conversion
-from keras_attnconv.analysis.pruning import LayerPruning, compile_for_fine_tuning, degenerate_heads, prune_degenerate_heads
+from keras_attnconv.analysis.pruning import (
+    LayerPruning,
+    compile_for_fine_tuning,
+    degenerate_heads,
+    prune_degenerate_heads,
+)
 from keras_attnconv.analysis.throughput import Throughput
 
 __all__ = [

@@ -22,15 +22,21 @@ def _centered_blocks(model):
         score = block.attention.position_score
         if not isinstance(score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
             what = "no relative position" if score is None else type(score).__name__
-            raise ValueError(f"{block.name} has {what} scores; "
-                             "attention centers exist for quadratic and gaussian encodings only.")
+            raise ValueError(
+                f"{block.name} has {what} scores; attention centers exist for quadratic and gaussian encodings only."
+            )
     return blocks
 
 
 def layer_centers(model):
     """``{block name: (centers (heads, 2), covariances (heads, 2, 2))}`` as NumPy arrays."""
-    return {block.name: (ops.convert_to_numpy(block.attention.position_score.centers),
-                         block.attention.position_score.covariances) for block in _centered_blocks(model)}
+    return {
+        block.name: (
+            ops.convert_to_numpy(block.attention.position_score.centers),
+            block.attention.position_score.covariances,
+        )
+        for block in _centered_blocks(model)
+    }
 
 
 def _on_the_grid(scores):
@@ -57,8 +63,10 @@ def attention_probabilities(model, image):
     blocks = encoder_blocks(model)
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.shape != tuple(model.input_shape[1:]):
-        raise ValueError(f"`image` must be one uint8 image of shape {tuple(model.input_shape[1:])}, the raw pixels. "
-                         f"Received: image {image.dtype} {image.shape}")
+        raise ValueError(
+            f"`image` must be one uint8 image of shape {tuple(model.input_shape[1:])}, the raw pixels. "
+            f"Received: image {image.dtype} {image.shape}"
+        )
     inputs_model = keras.Model(model.inputs, [block.input for block in blocks])
     block_inputs = inputs_model([image[None]])
     block_inputs = block_inputs if isinstance(block_inputs, (list, tuple)) else [block_inputs]
@@ -83,7 +91,7 @@ class AttentionCentersHistory(keras.callbacks.Callback):
         super().__init__()
         self.path = path
         saved = load_centers_history(path) if path is not None else {}
-        self.history = {name: epochs[:initial_epoch + 1] for name, epochs in saved.items()}
+        self.history = {name: epochs[: initial_epoch + 1] for name, epochs in saved.items()}
 
     def _record(self):
         for name, (centers, _) in layer_centers(self.model).items():

@@ -21,8 +21,10 @@ def accuracy_standard_error(accuracy, examples):
 def _rows_of(results, argument):
     rows = results.get("rows") if isinstance(results, dict) else None
     if not rows:
-        raise ValueError(f"`{argument}` must be a results dict with at least one row. Received: {argument}="
-                         f"{type(results).__name__} with {len(rows) if rows else 'no'} rows")
+        raise ValueError(
+            f"`{argument}` must be a results dict with at least one row. Received: {argument}="
+            f"{type(results).__name__} with {len(rows) if rows else 'no'} rows"
+        )
     return rows
 
 
@@ -40,11 +42,18 @@ def plot_comparison(results):
     accuracy = [100 * row["eval_accuracy"] for row in rows]
     errors = [100 * accuracy_standard_error(row["eval_accuracy"], row.get("eval_examples")) for row in rows]
     rates = [row["train_images_per_second"] or 0.0 for row in rows]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9.5, 1.2 + 0.38 * len(rows)), sharey=True,
-                                         layout="constrained")
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9.5, 1.2 + 0.38 * len(rows)), sharey=True, layout="constrained")
     positions = range(len(rows))
-    left.barh(positions, accuracy, xerr=[0 if math.isnan(e) else e for e in errors], color=COLORS[0],
-              edgecolor="black", hatch=HATCHES[1], capsize=3, error_kw={"elinewidth": 1})
+    left.barh(
+        positions,
+        accuracy,
+        xerr=[0 if math.isnan(e) else e for e in errors],
+        color=COLORS[0],
+        edgecolor="black",
+        hatch=HATCHES[1],
+        capsize=3,
+        error_kw={"elinewidth": 1},
+    )
     left.set_yticks(list(positions), names)
     left.set_xlabel(f"accuracy on the {results.get('eval_split', 'evaluation')} split (%), ± 1 standard error")
     left.set_title("accuracy")
@@ -54,8 +63,10 @@ def plot_comparison(results):
     for axis in (left, right):
         axis.grid(True, axis="x", linewidth=0.3, alpha=0.5)
     machine = results.get("machine", {})
-    figure.suptitle(f"Recipe {results.get('recipe')}: {results.get('dataset')}, {results.get('epochs')} epochs, "
-                    f"{machine.get('cpus', '?')} CPUs ({machine.get('backend', '?')})")
+    figure.suptitle(
+        f"Recipe {results.get('recipe')}: {results.get('dataset')}, {results.get('epochs')} epochs, "
+        f"{machine.get('cpus', '?')} CPUs ({machine.get('backend', '?')})"
+    )
     return figure
 
 
@@ -70,6 +81,7 @@ def plot_speedups(results):
     import matplotlib.pyplot as plt
 
     comparisons = results["settings"]["comparisons"]
+
     def setting(row):  # results written before the step paths were measured have no "path": XLA's
         return row["precision"], row.get("path", "xla")
 
@@ -77,11 +89,15 @@ def plot_speedups(results):
     models = [row for row in results["models"] if setting(row) in resnet and not row["model"].startswith("resnet")]
     figure, axes = plt.subplots(1, 2, figsize=(11, max(3.6, 1.2 + 0.35 * len(models))), layout="constrained")
     for index, name in enumerate(comparisons):
-        rows = sorted((row for row in results["layer"] if row["comparison"] == name),
-                      key=lambda row: _token_count(row["tokens"]))
-        axes[0].plot([_token_count(row["tokens"]) for row in rows], [row["speedup"] for row in rows],
-                     **series_style(index),
-                     label=f"{name}: {rows[0]['fast_mode']} vs {rows[0].get('baseline_mode', 'baseline')}")
+        rows = sorted(
+            (row for row in results["layer"] if row["comparison"] == name), key=lambda row: _token_count(row["tokens"])
+        )
+        axes[0].plot(
+            [_token_count(row["tokens"]) for row in rows],
+            [row["speedup"] for row in rows],
+            **series_style(index),
+            label=f"{name}: {rows[0]['fast_mode']} vs {rows[0].get('baseline_mode', 'baseline')}",
+        )
     axes[0].axhline(1.0, color="black", linewidth=0.8)
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlabel("tokens (attention grid pixels)")
@@ -90,8 +106,9 @@ def plot_speedups(results):
     axes[0].legend(fontsize="small")
     labels = [f"{row['model']} ({', '.join(setting(row))})" for row in models]
     ratios = [row["step_ms"] / resnet[setting(row)] for row in models]
-    bars = axes[1].barh(range(len(models)), ratios, color=[COLORS[i % len(COLORS)] for i in range(len(models))],
-                        edgecolor="black")
+    bars = axes[1].barh(
+        range(len(models)), ratios, color=[COLORS[i % len(COLORS)] for i in range(len(models))], edgecolor="black"
+    )
     for index, bar in enumerate(bars):
         bar.set_hatch(HATCHES[index % len(HATCHES)])
     axes[1].set_yticks(range(len(models)), labels, fontsize="small")
@@ -116,15 +133,21 @@ def plot_gpu_steps(results):
     models = list(dict.fromkeys(f"{row['model']} ({row['path'] or '-'})" for row in rows))
     precisions = list(dict.fromkeys(row["precision"] for row in rows))
     step = {(f"{row['model']} ({row['path'] or '-'})", row["precision"]): row["step_ms"] for row in rows}
-    figure, axes = plt.subplots(1, 2, figsize=(11, 1.5 + 0.45 * len(models) * len(precisions) / 2),
-                                layout="constrained", sharey=True)
+    figure, axes = plt.subplots(
+        1, 2, figsize=(11, 1.5 + 0.45 * len(models) * len(precisions) / 2), layout="constrained", sharey=True
+    )
     height = 0.8 / len(precisions)
     for index, precision in enumerate(precisions):
         positions = [m + index * height for m in range(len(models))]
         times = [step.get((model, precision), 0.0) for model in models]
         float32 = [step.get((model, "float32")) for model in models]
-        style = {"color": COLORS[index % len(COLORS)], "edgecolor": "black", "hatch": HATCHES[index % len(HATCHES)],
-                 "height": height, "label": precision}
+        style = {
+            "color": COLORS[index % len(COLORS)],
+            "edgecolor": "black",
+            "hatch": HATCHES[index % len(HATCHES)],
+            "height": height,
+            "label": precision,
+        }
         axes[0].barh(positions, times, **style)
         axes[1].barh(positions, [f / t if f and t else 0.0 for f, t in zip(float32, times)], **style)
     axes[0].set_yticks([m + 0.4 - height / 2 for m in range(len(models))], models, fontsize="small")

@@ -49,7 +49,8 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
     # alpha scales float32 scores: beyond float32's range it would be inf, and inf * 0 (a head's center) NaN.
     check_real("alpha", alpha, low=0.0, high=float(np.finfo("float32").max), low_open=True)
     if not isinstance(conv, (keras.layers.Conv1D, keras.layers.Conv2D)) or isinstance(
-            conv, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose)):
+        conv, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose)
+    ):
         raise ValueError(f"`conv` must be a Conv1D or Conv2D layer. Received: conv={conv!r}")
     if not conv.built:
         raise ValueError(f"`conv` must be built (its kernel must exist). Received: conv={conv.name} (not built)")
@@ -60,8 +61,10 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
     if conv.padding not in ("same", "valid"):
         raise ValueError(f"Only 'same' and 'valid' padding are supported. Received: padding={conv.padding!r}")
     if conv.activation not in (None, keras.activations.linear):
-        raise ValueError("The convolution must be linear (apply its activation after the attention). "
-                         f"Received: activation={keras.activations.serialize(conv.activation)!r}")
+        raise ValueError(
+            "The convolution must be linear (apply its activation after the attention). "
+            f"Received: activation={keras.activations.serialize(conv.activation)!r}"
+        )
 
     kernel = ops.convert_to_numpy(conv.kernel)
     kernel = kernel[None] if kernel.ndim == 3 else kernel  # Conv1D as a 1 x K convolution
@@ -72,11 +75,22 @@ def conv_to_attention(conv, alpha=CONVERSION_ALPHA):
 
     score = QuadraticScore(len(taps), dtype="float32")
     attention = RelativeMultiHeadAttention(
-        num_heads=len(taps), output_dim=channels_out, position_score=score, use_bias=conv.use_bias,
-        dropout=0.0, dtype=conv.dtype_policy,
+        num_heads=len(taps),
+        output_dim=channels_out,
+        position_score=score,
+        use_bias=conv.use_bias,
+        dropout=0.0,
+        dtype=conv.dtype_policy,
     )
-    layer = ConvolutionAsAttention(attention, conv.kernel_size, conv.strides, conv.dilation_rate, conv.padding,
-                                   dtype=conv.dtype_policy, name=f"{conv.name}_as_attention")
+    layer = ConvolutionAsAttention(
+        attention,
+        conv.kernel_size,
+        conv.strides,
+        conv.dilation_rate,
+        conv.padding,
+        dtype=conv.dtype_policy,
+        name=f"{conv.name}_as_attention",
+    )
     attention.build((None, kernel_h * dilation[0] + 1, kernel_w * dilation[1] + 1, channels_in))
     score.centers.assign(centers)
     score.set_alpha(np.full(len(taps), alpha, "float32"))
@@ -96,8 +110,7 @@ class ConversionMeasurement:
     relative_error: float  # max abs error / max abs output of the convolution
 
 
-def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dilation=1, size=16, channels=4,
-                       seed=0):
+def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dilation=1, size=16, channels=4, seed=0):
     """Converts a random `Conv2D` (random bias too) and measures the error on two random images.
 
     Args:
@@ -109,25 +122,38 @@ def measure_conversion(filters=8, kernel_size=3, strides=1, padding="same", dila
     Returns:
         A `ConversionMeasurement`.
     """
-    for name, value in (("filters", filters), ("kernel_size", kernel_size), ("strides", strides),
-                        ("dilation", dilation), ("size", size), ("channels", channels)):
+    for name, value in (
+        ("filters", filters),
+        ("kernel_size", kernel_size),
+        ("strides", strides),
+        ("dilation", dilation),
+        ("size", size),
+        ("channels", channels),
+    ):
         check_positive_int(name, value)
     check_choice("padding", padding, ("same", "valid"))
     check_seed("seed", seed)
     check_tensor_bytes("The images", 4 * 2 * size * size * channels, f"size={size}, channels={channels}")
-    check_tensor_bytes("The convolution's kernel", 4 * kernel_size**2 * channels * filters,
-                       f"kernel_size={kernel_size}, channels={channels}, filters={filters}")
+    check_tensor_bytes(
+        "The convolution's kernel",
+        4 * kernel_size**2 * channels * filters,
+        f"kernel_size={kernel_size}, channels={channels}, filters={filters}",
+    )
     needed = dilation * (kernel_size - 1) + 1
     if padding == "valid" and size < needed:
-        raise ValueError(f"A {kernel_size}x{kernel_size} kernel with dilation {dilation} needs images of at least "
-                         f"{needed} pixels with padding='valid'. Received: size={size}")
+        raise ValueError(
+            f"A {kernel_size}x{kernel_size} kernel with dilation {dilation} needs images of at least "
+            f"{needed} pixels with padding='valid'. Received: size={size}"
+        )
     keras.utils.set_random_seed(seed)
-    conv = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding=padding, dilation_rate=dilation,
-                               bias_initializer="random_normal")
+    conv = keras.layers.Conv2D(
+        filters, kernel_size, strides=strides, padding=padding, dilation_rate=dilation, bias_initializer="random_normal"
+    )
     images = np.random.default_rng(seed).normal(size=(2, size, size, channels)).astype("float32")
     expected = ops.convert_to_numpy(conv(images))
     layer = conv_to_attention(conv)
     got = ops.convert_to_numpy(layer(images))
     error = float(np.abs(got - expected).max())
-    return ConversionMeasurement(layer.attention.num_heads, tuple(got.shape), error,
-                           error / float(np.abs(expected).max()))
+    return ConversionMeasurement(
+        layer.attention.num_heads, tuple(got.shape), error, error / float(np.abs(expected).max())
+    )

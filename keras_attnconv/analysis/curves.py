@@ -24,16 +24,20 @@ def plot_training_curves(history, title="Training curves"):
     import matplotlib.pyplot as plt
 
     if not isinstance(history, dict):
-        raise ValueError(f"`history` must be a dict of columns (name -> values per epoch). "
-                         f"Received: history={history!r}")
-    panels = [(name, label, [(column, legend) for column, legend in series if history.get(column)])
-              for name, label, series in PANELS]
+        raise ValueError(
+            f"`history` must be a dict of columns (name -> values per epoch). Received: history={history!r}"
+        )
+    panels = [
+        (name, label, [(column, legend) for column, legend in series if history.get(column)])
+        for name, label, series in PANELS
+    ]
     panels = [panel for panel in panels if panel[2]]
     if not panels:
-        raise ValueError(f"`history` holds none of the columns drawn ({', '.join(c for *_, s in PANELS for c, _ in s)}"
-                         f"). Received: history columns {sorted(history)}")
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False,
-                                layout="constrained")
+        raise ValueError(
+            f"`history` holds none of the columns drawn ({', '.join(c for *_, s in PANELS for c, _ in s)}"
+            f"). Received: history columns {sorted(history)}"
+        )
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False, layout="constrained")
     for axis, (name, label, series) in zip(axes[0], panels):
         for index, (column, legend) in enumerate(series):
             values = history[column]

@@ -22,8 +22,16 @@ from keras_attnconv.utils.checks import check_positive_number
 _GAUSSIAN_SCORES = (GaussianScore, DiagonalGaussianScore, QuadraticScore)
 
 #: Variables indexed by head, and the axis of the head index.
-_HEAD_AXIS = {"output_kernel": 0, "centers": 0, "alpha": 0, "spreads": 0, "inverse_sqrt_covariance": 0,
-              "inverse_sqrt_variances": 0, "span_center": 0, "span_raw_sigma": 0}
+_HEAD_AXIS = {
+    "output_kernel": 0,
+    "centers": 0,
+    "alpha": 0,
+    "spreads": 0,
+    "inverse_sqrt_covariance": 0,
+    "inverse_sqrt_variances": 0,
+    "span_center": 0,
+    "span_raw_sigma": 0,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,15 +92,19 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     check_positive_number("max_eigenvalue", max_eigenvalue)
     check_positive_number("max_condition", max_condition)
     if not isinstance(model, AttentionClassifier):
-        raise ValueError("`model` must be an AttentionClassifier (build_model, from_preset). "
-                         f"Received: model of class {type(model).__name__}")
+        raise ValueError(
+            "`model` must be an AttentionClassifier (build_model, from_preset). "
+            f"Received: model of class {type(model).__name__}"
+        )
     blocks = encoder_blocks(model)
     report = []
     for block in blocks:
         score = block.attention.position_score
         if block.attention.uses_content or not isinstance(score, _GAUSSIAN_SCORES):
-            raise ValueError(f"Pruning applies to position-only Gaussian/quadratic heads; {block.name} has "
-                             f"{type(score).__name__} scores with content terms={block.attention.uses_content}.")
+            raise ValueError(
+                f"Pruning applies to position-only Gaussian/quadratic heads; {block.name} has "
+                f"{type(score).__name__} scores with content terms={block.attention.uses_content}."
+            )
         reasons = degenerate_heads(score, max_eigenvalue, max_condition)
         if len(reasons) == block.attention.num_heads:
             sharpest = int(np.argmax([np.linalg.eigvalsh(m).max() for m in _inverse_covariances(score)]))
@@ -102,8 +114,11 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     # A new configuration (fewer heads per block) and a copy of the kept heads' weights: the pruned model is an
     # AttentionClassifier of its own, which saves, reloads and exports as such.
     kept = {entry.layer: entry.kept for entry in report}
-    config = {**model.get_config(), "num_heads": tuple(len(entry.kept) for entry in report),
-              "name": f"{model.name}_pruned"}
+    config = {
+        **model.get_config(),
+        "num_heads": tuple(len(entry.kept) for entry in report),
+        "name": f"{model.name}_pruned",
+    }
     pruned = model.__class__.from_config(config)
     for old_layer in model.layers:
         new_layer = pruned.get_layer(old_layer.name)
@@ -130,7 +145,8 @@ def compile_for_fine_tuning(model, total_steps, learning_rate=0.1, **compile_kwa
     schedule = WarmupCosineDecay(learning_rate / 10, total_steps=total_steps, warmup_steps=0)
     compile_kwargs.setdefault("loss", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     compile_kwargs.setdefault("metrics", ["accuracy"])
-    optimizer = CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4,
-                                      no_decay_names=CENTER_AND_SPREAD_WEIGHTS)
+    optimizer = CoupledWeightDecaySGD(
+        schedule, momentum=0.9, weight_decay=1e-4, no_decay_names=CENTER_AND_SPREAD_WEIGHTS
+    )
     model.compile(optimizer=optimizer, **compile_kwargs)
     return model

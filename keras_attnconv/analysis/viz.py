@@ -40,8 +40,9 @@ def _grid(count, columns, legend_entries, size=2.8):
     rows = -(-count // columns)
     width = max(size * columns, 5.6)
     legend_rows = -(-legend_entries // _legend_columns(width, legend_entries))
-    figure, axes = _pyplot().subplots(rows, columns, figsize=(width, size * rows + 0.7 + 0.25 * legend_rows),
-                                      squeeze=False, layout="constrained")
+    figure, axes = _pyplot().subplots(
+        rows, columns, figsize=(width, size * rows + 0.7 + 0.25 * legend_rows), squeeze=False, layout="constrained"
+    )
     for axis in axes.flat[count:]:
         axis.set_visible(False)
     return figure, axes.flat[:count]
@@ -75,9 +76,13 @@ def _shift_axes(axis, limit):
 
 
 def _legend_below(figure, handles):
-    figure.legend(handles=handles, loc="outside lower center", ncols=_legend_columns(figure.get_figwidth(),
-                                                                                   len(handles)),
-                  fontsize="small", frameon=False)
+    figure.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=_legend_columns(figure.get_figwidth(), len(handles)),
+        fontsize="small",
+        frameon=False,
+    )
 
 
 def plot_attention_centers(model, extent=None, columns=3):
@@ -100,8 +105,7 @@ def plot_attention_centers(model, extent=None, columns=3):
         for head, (mean, covariance) in enumerate(zip(means, covariances)):
             style = series_style(head)
             # x = column shift, y = row shift (rows grow downwards, as in an image).
-            axis.plot(mean[1], mean[0], linestyle="none", marker=style["marker"], color=style["color"],
-                      markersize=5)
+            axis.plot(mean[1], mean[0], linestyle="none", marker=style["marker"], color=style["color"], markersize=5)
             eigenvalues, eigenvectors = np.linalg.eigh(np.nan_to_num(covariance, posinf=_UNIFORM))
             radii = np.sqrt(np.maximum(eigenvalues[::-1], 0))
             if _CONTOURS[0.5] * radii.max() > _WIDEST_CONTOUR * limit:
@@ -112,14 +116,25 @@ def plot_attention_centers(model, extent=None, columns=3):
             angle = np.degrees(np.arctan2(eigenvectors[0, 1], eigenvectors[1, 1]))
             for probability, linestyle in _CONTOUR_STYLES.items():
                 width, height = 2 * _CONTOURS[probability] * radii
-                axis.add_patch(Ellipse((mean[1], mean[0]), width, height, angle=angle, fill=False,
-                                       linestyle=linestyle, color=style["color"]))
+                axis.add_patch(
+                    Ellipse(
+                        (mean[1], mean[0]),
+                        width,
+                        height,
+                        angle=angle,
+                        fill=False,
+                        linestyle=linestyle,
+                        color=style["color"],
+                    )
+                )
         axis.add_patch(Rectangle((-0.5, -0.5), 1, 1, color="black"))
         _shift_axes(axis, limit)
         note = f"\n{too_wide} nearly uniform head{'s' * (too_wide > 1)}: no contour" if too_wide else ""
         axis.set_title(_layer_title(index, name) + note)
-    contours = [Line2D([], [], color="black", linestyle=linestyle, label=f"{probability:.0%} of the attention")
-                for probability, linestyle in _CONTOUR_STYLES.items()]
+    contours = [
+        Line2D([], [], color="black", linestyle=linestyle, label=f"{probability:.0%} of the attention")
+        for probability, linestyle in _CONTOUR_STYLES.items()
+    ]
     _legend_below(figure, [_head_handle(head) for head in range(heads)] + contours + [_query_handle()])
     figure.suptitle(f"{model.name}: attention centers of each head (Figure 4)")
     return figure
@@ -131,15 +146,19 @@ def _is_index(value):
 
 def _as_queries(queries, height, width):
     """`queries` (one (row, column) pair or a sequence of them) as a list of int pairs on the grid, checked."""
-    error = ValueError(f"`queries` must be a (row, column) pair, or a sequence of them, on the {height}x{width} "
-                       f"attention grid. Received: queries={queries!r}")
+    error = ValueError(
+        f"`queries` must be a (row, column) pair, or a sequence of them, on the {height}x{width} "
+        f"attention grid. Received: queries={queries!r}"
+    )
     try:
         one = len(queries) == 2 and all(_is_index(value) for value in queries)
         pairs = [tuple(queries)] if one else [tuple(pair) for pair in queries]
     except TypeError:
         raise error from None
-    if not pairs or not all(len(pair) == 2 and all(map(_is_index, pair)) and 0 <= pair[0] < height
-                            and 0 <= pair[1] < width for pair in pairs):
+    if not pairs or not all(
+        len(pair) == 2 and all(map(_is_index, pair)) and 0 <= pair[0] < height and 0 <= pair[1] < width
+        for pair in pairs
+    ):
         raise error
     return [(int(row), int(column)) for row, column in pairs]
 
@@ -161,8 +180,17 @@ def _mark_window(axis, block, row, column, height, width):
     if neighbourhood is None:
         return False
     rows, columns = np.divmod(neighbourhood.key_indices[row * width + column], width)
-    axis.add_patch(Rectangle((columns.min() - 0.5, rows.min() - 0.5), np.ptp(columns) + 1, np.ptp(rows) + 1,
-                             fill=False, edgecolor="white", linestyle="--", linewidth=1.2))
+    axis.add_patch(
+        Rectangle(
+            (columns.min() - 0.5, rows.min() - 0.5),
+            np.ptp(columns) + 1,
+            np.ptp(rows) + 1,
+            fill=False,
+            edgecolor="white",
+            linestyle="--",
+            linewidth=1.2,
+        )
+    )
     return True
 
 
@@ -192,12 +220,16 @@ def plot_attention_maps(model, image, queries, title=None):
     image = np.asarray(image)
     probabilities = attention_probabilities(model, image)  # checks the image
     heads = max(p.shape[0] for p in probabilities)
-    maps = {(q, layer): p[:, row * width + column].reshape(-1, height, width)
-            for q, (row, column) in enumerate(queries) for layer, p in enumerate(probabilities)}
+    maps = {
+        (q, layer): p[:, row * width + column].reshape(-1, height, width)
+        for q, (row, column) in enumerate(queries)
+        for layer, p in enumerate(probabilities)
+    }
     norm = Normalize(0.0, max(float(m.max()) for m in maps.values()))
     rows = len(queries) * len(probabilities)
-    figure, axes = _pyplot().subplots(rows, heads + 1, figsize=(1.35 * (heads + 1) + 1.2, 1.35 * rows + 1.3),
-                                      squeeze=False, layout="constrained")
+    figure, axes = _pyplot().subplots(
+        rows, heads + 1, figsize=(1.35 * (heads + 1) + 1.2, 1.35 * rows + 1.3), squeeze=False, layout="constrained"
+    )
     scale = image.shape[0] / height
     windowed = False
     mappable = None
@@ -257,18 +289,28 @@ def plot_centers_history(history, columns=3, title="Attention centers during tra
             style = series_style(head)
             color, marker = style["color"], style["marker"]
             axis.plot(path[:, head, 1], path[:, head, 0], color=color, linestyle=style["linestyle"], linewidth=1)
-            axis.plot(path[0, head, 1], path[0, head, 0], marker=marker, color=color, fillstyle="none",
-                      linestyle="none", markersize=5)
-            axis.plot(path[-1, head, 1], path[-1, head, 0], marker=marker, color=color, linestyle="none",
-                      markersize=5)
+            axis.plot(
+                path[0, head, 1],
+                path[0, head, 0],
+                marker=marker,
+                color=color,
+                fillstyle="none",
+                linestyle="none",
+                markersize=5,
+            )
+            axis.plot(path[-1, head, 1], path[-1, head, 0], marker=marker, color=color, linestyle="none", markersize=5)
         axis.plot(0, 0, "s", color="black", markersize=6)
         _shift_axes(axis, max(4.0, float(np.abs(path).max()) + 1))
         # After a few epochs the moves are a fraction of a pixel: the title says how far, the panel where.
         moved = float(np.linalg.norm(path[-1] - path[0], axis=-1).max(initial=0.0))
-        axis.set_title(f"{_layer_title(index, name)}, {path.shape[0] - 1} epochs\nlargest move {moved:.2g} pixels",
-                       fontsize="medium")
-    ends = [Line2D([], [], color="grey", marker="o", fillstyle=fill, linestyle="none", label=label)
-            for fill, label in (("none", "start"), ("full", "end"))]
+        axis.set_title(
+            f"{_layer_title(index, name)}, {path.shape[0] - 1} epochs\nlargest move {moved:.2g} pixels",
+            fontsize="medium",
+        )
+    ends = [
+        Line2D([], [], color="grey", marker="o", fillstyle=fill, linestyle="none", label=label)
+        for fill, label in (("none", "start"), ("full", "end"))
+    ]
     _legend_below(figure, [_head_handle(head) for head in range(heads)] + ends + [_query_handle()])
     figure.suptitle(title)
     return figure

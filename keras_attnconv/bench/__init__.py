@@ -22,19 +22,46 @@
   onnxruntime and LiteRT, batch 1 and batch 64.
 
 The numerics suite (`attnconv bench --suite numerics`) trains, so it is the
-application's: `keras_attnconv.training.numerics`. `measure` holds how things are measured (time in turns, peak memory, a fresh
-worker process per case). Only `keras.ops` and NumPy are used: the suites
-run on any backend, and without TensorFlow (the format benchmark then says
-that it needs TensorFlow).
+application's: `keras_attnconv.training.numerics`. `measure` holds how things
+are measured (time in turns, peak memory, a fresh worker process per case).
+Only `keras.ops` and NumPy are used: the suites run on any backend, and
+without TensorFlow (the format benchmark then says that it needs TensorFlow).
 """
 
-from keras_attnconv.bench.cpu_suite import FULL, QUICK, markdown_tables, run_benchmark, run_step_benchmark, step_markdown
+from keras_attnconv.bench.cpu_suite import (
+    FULL,
+    QUICK,
+    markdown_tables,
+    run_benchmark,
+    run_step_benchmark,
+    step_markdown,
+)
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
 from keras_attnconv.bench.profile_suite import PROFILE_FULL, PROFILE_QUICK, profile_markdown, run_profile
 from keras_attnconv.bench.scale_suite import SCALE_FULL, SCALE_QUICK, run_scale_benchmark, scale_markdown
 
-__all__ = ["FORMATS_FULL", "FORMATS_QUICK", "FULL", "GPU_FULL", "GPU_QUICK", "PROFILE_FULL", "PROFILE_QUICK", "QUICK",
-           "SCALE_FULL", "SCALE_QUICK", "formats_markdown", "gpu_markdown", "markdown_tables", "profile_markdown",
-           "run_benchmark", "run_format_benchmark", "run_gpu_benchmark", "run_profile", "run_scale_benchmark",
-           "run_step_benchmark", "scale_markdown", "step_markdown"]
+__all__ = [
+    "FORMATS_FULL",
+    "FORMATS_QUICK",
+    "FULL",
+    "GPU_FULL",
+    "GPU_QUICK",
+    "PROFILE_FULL",
+    "PROFILE_QUICK",
+    "QUICK",
+    "SCALE_FULL",
+    "SCALE_QUICK",
+    "formats_markdown",
+    "gpu_markdown",
+    "markdown_tables",
+    "profile_markdown",
+    "run_benchmark",
+    "run_format_benchmark",
+    "run_gpu_benchmark",
+    "run_profile",
+    "run_scale_benchmark",
+    "run_step_benchmark",
+    "scale_markdown",
+    "step_markdown",
+]

@@ -8,9 +8,14 @@ from keras_attnconv.bench.gpu_suite import measure_case, measure_references
 from keras_attnconv.bench.profile_suite import profile_case
 from keras_attnconv.bench.scale_suite import measure_scale_case
 
-WORKERS = {"layer-memory": layer_memory, "model-memory": model_memory, "gpu-case": measure_case,
-           "gpu-references": measure_references, "scale-case": measure_scale_case,
-           "profile-case": profile_case}
+WORKERS = {
+    "layer-memory": layer_memory,
+    "model-memory": model_memory,
+    "gpu-case": measure_case,
+    "gpu-references": measure_references,
+    "scale-case": measure_scale_case,
+    "profile-case": profile_case,
+}
 
 if __name__ == "__main__":
     kind, case = sys.argv[1:3]

@@ -18,7 +18,6 @@ backend. Times on a shared machine are noisy: compare the ratios, not the
 absolute numbers, and only between rows of the same run.
 """
 
-
 import keras
 import numpy as np
 from keras import ops
@@ -33,10 +32,10 @@ from keras_attnconv.bench.measure import (
 )
 from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
-from keras_attnconv.models import build_model, get_model_config
-from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.layers.path_rule import default_platform
+from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.measured_step_paths import record_measured_jit_compile
+from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile_for
 from keras_attnconv.utils.reports import json_settings, machine, write_report
 
@@ -44,14 +43,18 @@ _CONTENT = {"position_score": None, "use_content_content": True, "use_position_b
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
 LAYER_COMPARISONS = {
     # Position-only quadratic heads: row and column passes vs the (heads, T, T) contraction (the same function).
-    "separable": {"fast": {"position_score": "quadratic", "separable": True},
-                  "baseline": {"position_score": "quadratic", "separable": False},
-                  "reference": {"position_score": "quadratic", "separable": False}},
+    "separable": {
+        "fast": {"position_score": "quadratic", "separable": True},
+        "baseline": {"position_score": "quadratic", "separable": False},
+        "reference": {"position_score": "quadratic", "separable": False},
+    },
     # Content attention (the paper's key_dim = hidden): a 7x7 neighbourhood vs global attention; its outputs
     # equal global attention with the window as an explicit mask.
-    "window7": {"fast": {**_CONTENT, "window": 7, "windowed": True},
-                "baseline": _CONTENT,
-                "reference": {**_CONTENT, "window": 7, "windowed": False}},
+    "window7": {
+        "fast": {**_CONTENT, "window": 7, "windowed": True},
+        "baseline": _CONTENT,
+        "reference": {**_CONTENT, "window": 7, "windowed": False},
+    },
 }
 
 
@@ -60,22 +63,41 @@ def _memory_cases(names, batches, **options):
     return [{"name": name, "batch": batch, "options": dict(options)} for name in names for batch in batches]
 
 
-FULL = {"sizes": (16, 32, 64), "hidden": 400, "heads": 9, "layer_batch": 2, "repeats": 5,
-        "comparisons": ("separable", "window7"),
-        "models": ("quadratic", "learned", "learned_content", "learned_content_local", "resnet18"),
-        "precisions": ("float32", "mixed_bfloat16"), "model_batch": 16, "matmul": 2048,
-        "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
-        + _memory_cases(("learned_content_local", "learned_content"), batches=(8,), rematerialize=True)
-        + _memory_cases(("learned_content_local",), batches=(4,), rematerialize=True),
-        "memory_image_size": 64, "format_models": FORMATS_FULL["format_models"],
-        "bfloat16_serving": FORMATS_FULL["bfloat16_serving"]}
-QUICK = {"sizes": (8, 16), "hidden": 32, "heads": 9, "layer_batch": 2, "repeats": 3,
-         "comparisons": ("separable", "window7"),
-         "models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("float32",), "model_batch": 8, "matmul": 512,
-         "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
-         + _memory_cases(("learned_content_local_tiny",), batches=(2,), rematerialize=True),
-         "memory_image_size": 16, "format_models": FORMATS_QUICK["format_models"],
-         "bfloat16_serving": FORMATS_QUICK["bfloat16_serving"]}  # as `--suite formats --quick`: every row runs
+FULL = {
+    "sizes": (16, 32, 64),
+    "hidden": 400,
+    "heads": 9,
+    "layer_batch": 2,
+    "repeats": 5,
+    "comparisons": ("separable", "window7"),
+    "models": ("quadratic", "learned", "learned_content", "learned_content_local", "resnet18"),
+    "precisions": ("float32", "mixed_bfloat16"),
+    "model_batch": 16,
+    "matmul": 2048,
+    "memory_models": _memory_cases(("learned_content_local", "learned_content"), batches=(8,))
+    + _memory_cases(("learned_content_local", "learned_content"), batches=(8,), rematerialize=True)
+    + _memory_cases(("learned_content_local",), batches=(4,), rematerialize=True),
+    "memory_image_size": 64,
+    "format_models": FORMATS_FULL["format_models"],
+    "bfloat16_serving": FORMATS_FULL["bfloat16_serving"],
+}
+QUICK = {
+    "sizes": (8, 16),
+    "hidden": 32,
+    "heads": 9,
+    "layer_batch": 2,
+    "repeats": 3,
+    "comparisons": ("separable", "window7"),
+    "models": ("quadratic_tiny", "resnet_tiny"),
+    "precisions": ("float32",),
+    "model_batch": 8,
+    "matmul": 512,
+    "memory_models": _memory_cases(("learned_content_local_tiny", "learned_content_tiny"), batches=(2,))
+    + _memory_cases(("learned_content_local_tiny",), batches=(2,), rematerialize=True),
+    "memory_image_size": 16,
+    "format_models": FORMATS_QUICK["format_models"],
+    "bfloat16_serving": FORMATS_QUICK["bfloat16_serving"],
+}  # as `--suite formats --quick`: every row runs
 # The layer benchmark (a) runs in float32 whatever Keras' global dtype policy: its max abs difference is float32's.
 LAYER_DTYPE = "float32"
 
@@ -125,9 +147,12 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
     # Memory, unlike time, does not depend on sharing the CPU: the workers run at once, two by two.
     memory = []
     for name, shape in pairs:
-        memory += run_in_workers("layer-memory", [{**shape, "layer": LAYER_COMPARISONS[name][path]}
-                                                  for path in ("fast", "baseline")],
-                                 concurrently=True, program_memory=True)
+        memory += run_in_workers(
+            "layer-memory",
+            [{**shape, "layer": LAYER_COMPARISONS[name][path]} for path in ("fast", "baseline")],
+            concurrently=True,
+            program_memory=True,
+        )
     memory = iter(memory)
     rows = []
     for name, shape in pairs:
@@ -136,18 +161,20 @@ def layer_benchmark(sizes, hidden, heads, layer_batch, repeats, comparisons, **_
         steps = {path: _layer_step(**shape, layer=comparison[path])[1] for path in ("fast", "baseline")}
         seconds, _ = interleaved(steps, repeats)
         size = shape["size"]
-        rows.append({
-            "comparison": name,
-            "tokens": f"{size}x{size}",
-            "fast_ms": 1e3 * seconds["fast"],
-            "baseline_ms": 1e3 * seconds["baseline"],
-            "speedup": seconds["baseline"] / seconds["fast"],
-            "fast_step_mib": fast_memory["program_mib"],
-            "baseline_step_mib": baseline_memory["program_mib"],
-            "max_abs_difference": _max_difference(size, hidden, heads, comparison["fast"], comparison["reference"]),
-            "fast_mode": fast_memory["mode"],
-            "baseline_mode": baseline_memory["mode"],
-        })
+        rows.append(
+            {
+                "comparison": name,
+                "tokens": f"{size}x{size}",
+                "fast_ms": 1e3 * seconds["fast"],
+                "baseline_ms": 1e3 * seconds["baseline"],
+                "speedup": seconds["baseline"] / seconds["fast"],
+                "fast_step_mib": fast_memory["program_mib"],
+                "baseline_step_mib": baseline_memory["program_mib"],
+                "max_abs_difference": _max_difference(size, hidden, heads, comparison["fast"], comparison["reference"]),
+                "fast_mode": fast_memory["mode"],
+                "baseline_mode": baseline_memory["mode"],
+            }
+        )
     return rows
 
 
@@ -163,21 +190,34 @@ def model_memory(name, image_size, batch, options=None, steps=3):
     for _ in range(steps):
         step()
     peak_mib, _ = device_peak_memory()
-    return {"model": name, "options": options, "image_size": image_size, "batch": batch, "steps": steps,
-            "peak_memory_mib": peak_mib}
+    return {
+        "model": name,
+        "options": options,
+        "image_size": image_size,
+        "batch": batch,
+        "steps": steps,
+        "peak_memory_mib": peak_mib,
+    }
 
 
 def model_memory_benchmark(memory_models, memory_image_size, **_):
     """`model_memory` of each case (a dict of name, batch and options), each in its own worker process."""
-    rows = run_in_workers("model-memory", [{**case, "image_size": memory_image_size} for case in memory_models],
-                          concurrently=False, program_memory=True)
+    rows = run_in_workers(
+        "model-memory",
+        [{**case, "image_size": memory_image_size} for case in memory_models],
+        concurrently=False,
+        program_memory=True,
+    )
     return [{**row, "step_mib": row.pop("program_mib")} for row in rows]
 
 
 def _model_step(name, model_batch, precision, image_size=32, jit_compile=True, **options):
     model = build_model(name, seed=0, dtype=precision, image_size=image_size, **options)
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=jit_compile,
+    )
     x = random_images(model_batch, image_size)
     y = np.arange(model_batch) % 10
     return model, lambda: model.train_on_batch(x, y)
@@ -214,25 +254,38 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
                 built[(name, jit)], steps[(name, jit)] = _model_step(name, model_batch, precision, jit_compile=jit)
         seconds, compile_seconds = interleaved(steps, repeats)
         rates = {jit: 2 * matmul**3 / seconds[("matmul", jit)] / 1e9 for jit in step_paths()}
-        matmuls += [{"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate}
-                    for jit, rate in rates.items()]
+        matmuls += [
+            {"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate}
+            for jit, rate in rates.items()
+        ]
         for name in models:
             fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
             forward_gflops = model_gflops(built[(name, fastest)])  # the same model on either path
             # What "auto" took before this run (an earlier run's measurement, else the rule), then this run's record.
             rule = resolve_jit_compile_for(built[(name, fastest)], "auto", precision)
             if len(step_paths()) > 1 and default_platform() == "cpu":  # a choice to record: TensorFlow on a CPU
-                record_measured_jit_compile(built[(name, fastest)], precision,
-                                            {jit: seconds[(name, jit)] for jit in step_paths()})
+                record_measured_jit_compile(
+                    built[(name, fastest)], precision, {jit: seconds[(name, jit)] for jit in step_paths()}
+                )
             for jit in step_paths():
                 # Forward + backward ~ 3x the forward pass.
                 gflops = 3 * forward_gflops * model_batch / seconds[(name, jit)]
-                rows.append({"model": name, "precision": precision, "path": _path_name(jit), "batch": model_batch,
-                             "step_ms": 1e3 * seconds[(name, jit)],
-                             "images_per_second": model_batch / seconds[(name, jit)],
-                             "compile_seconds": compile_seconds[(name, jit)], "achieved_gflops": gflops,
-                             "matmul_gflops": max(rates.values()), "fraction_of_matmul": gflops / max(rates.values()),
-                             "rule": jit == rule, "fastest": jit == fastest})
+                rows.append(
+                    {
+                        "model": name,
+                        "precision": precision,
+                        "path": _path_name(jit),
+                        "batch": model_batch,
+                        "step_ms": 1e3 * seconds[(name, jit)],
+                        "images_per_second": model_batch / seconds[(name, jit)],
+                        "compile_seconds": compile_seconds[(name, jit)],
+                        "achieved_gflops": gflops,
+                        "matmul_gflops": max(rates.values()),
+                        "fraction_of_matmul": gflops / max(rates.values()),
+                        "rule": jit == rule,
+                        "fastest": jit == fastest,
+                    }
+                )
     return rows, matmuls
 
 
@@ -261,9 +314,7 @@ def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
     for model in settings["models"]:
         get_model_config(model)  # an unknown name (with the closest ones) fails here, before anything is built
     models, matmul = model_step_benchmark(**settings)
-    results = {"machine": machine(),
-               "settings": json_settings(settings),
-               "models": models, "matmul": matmul}
+    results = {"machine": machine(), "settings": json_settings(settings), "models": models, "matmul": matmul}
     write_report(output, results, step_markdown(results))
     return results
 
@@ -276,7 +327,7 @@ def step_markdown(results):
 _COMPARISON_TITLES = {
     "separable": "quadratic position-only heads, separable row/column passes vs the general (heads, T, T) path",
     "window7": "content attention (key_dim = hidden), 7x7 neighbourhood vs global attention; difference against "
-               "global attention with the window as a mask",
+    "global attention with the window as a mask",
 }
 
 
@@ -313,19 +364,29 @@ def markdown_tables(results):
         ]
         for row in results["layer"]:
             if row["comparison"] == name:
-                lines.append(f"| {row['tokens']} | {row['fast_mode']} | {row['fast_ms']:.1f} "
-                             f"| {row['baseline_ms']:.1f} "
-                             f"| {row['speedup']:.2f}x | {_mib(row['fast_step_mib'])} "
-                             f"| {_mib(row['baseline_step_mib'])} "
-                             f"| {_ratio(row['baseline_step_mib'], row['fast_step_mib'])} "
-                             f"| {row['max_abs_difference']:.1e} |")
+                lines.append(
+                    f"| {row['tokens']} | {row['fast_mode']} | {row['fast_ms']:.1f} "
+                    f"| {row['baseline_ms']:.1f} "
+                    f"| {row['speedup']:.2f}x | {_mib(row['fast_step_mib'])} "
+                    f"| {_mib(row['baseline_step_mib'])} "
+                    f"| {_ratio(row['baseline_step_mib'], row['fast_step_mib'])} "
+                    f"| {row['max_abs_difference']:.1e} |"
+                )
     lines += ["", model_step_table(results)]
-    lines += ["", f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
-              "(float32, XLA, 3 steps): the compiled step's memory, and the peak resident memory of the whole "
-              "process (framework and compilation included):", "",
-              "| model | options | batch | step MiB | process peak MiB |", "|---|---|---|---|---|"]
-    lines += [f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
-              f"| {_mib(row.get('step_mib'))} | {row['peak_memory_mib']:.0f} |" for row in results["model_memory"]]
+    lines += [
+        "",
+        f"Training at {settings['memory_image_size']}x{settings['memory_image_size']} input images "
+        "(float32, XLA, 3 steps): the compiled step's memory, and the peak resident memory of the whole "
+        "process (framework and compilation included):",
+        "",
+        "| model | options | batch | step MiB | process peak MiB |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{row['model']}` | {_options_text(row.get('options'))} | {row['batch']} "
+        f"| {_mib(row.get('step_mib'))} | {row['peak_memory_mib']:.0f} |"
+        for row in results["model_memory"]
+    ]
     lines += ["", formats_markdown(results["formats"], settings["repeats"])]
     return "\n".join(lines)
 
@@ -336,8 +397,10 @@ def machine_text(machine):
     cpu = machine.get("cpu") or {}
     usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
     confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
-    return (f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
-            f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})")
+    return (
+        f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
+        f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})"
+    )
 
 
 def model_step_table(results):
@@ -345,20 +408,25 @@ def model_step_table(results):
     settings = results["settings"]
     n = settings["matmul"]
     rates = "; ".join(f"{row['dtype']} {row['path']} {row['gflops']:.0f}" for row in results["matmul"])
-    lines = [f"Training step (batch {settings['model_batch']}) on each path (xla: XLA; graph: TensorFlow's "
-             f"graph, oneDNN on a CPU), in turns with a {n}x{n} matmul in each precision's compute dtype on "
-             f"each path (GFLOP/s: {rates}). Of matmul: the step's GFLOP/s over the best matmul rate of its "
-             "precision. Rule: the path `jit_compile=\"auto\"` takes (keras_attnconv/models/"
-             "step_compilation.py); fastest: the faster path of the two, measured here.", "",
-             "| model | precision | path | step ms | images/s | GFLOP/s | of matmul | rule | fastest | step vs resnet |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Training step (batch {settings['model_batch']}) on each path (xla: XLA; graph: TensorFlow's "
+        f"graph, oneDNN on a CPU), in turns with a {n}x{n} matmul in each precision's compute dtype on "
+        f"each path (GFLOP/s: {rates}). Of matmul: the step's GFLOP/s over the best matmul rate of its "
+        'precision. Rule: the path `jit_compile="auto"` takes (keras_attnconv/models/'
+        "step_compilation.py); fastest: the faster path of the two, measured here.",
+        "",
+        "| model | precision | path | step ms | images/s | GFLOP/s | of matmul | rule | fastest | step vs resnet |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     resnet = {(r["precision"], r["path"]): r["step_ms"] for r in results["models"] if r["model"].startswith("resnet")}
     for row in results["models"]:
         resnet_ms = resnet.get((row["precision"], row["path"]))  # None where the run left ResNet out (--models)
         ratio = "-" if resnet_ms is None else f"{row['step_ms'] / resnet_ms:.2f}x"
-        lines.append(f"| `{row['model']}` | {row['precision']} | {row['path']} | {row['step_ms']:.0f} "
-                     f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
-                     f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
-                     f"| {'yes' if row['fastest'] else ''} | {ratio} |")
+        lines.append(
+            f"| `{row['model']}` | {row['precision']} | {row['path']} | {row['step_ms']:.0f} "
+            f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
+            f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
+            f"| {'yes' if row['fastest'] else ''} | {ratio} |"
+        )
     targets = targets_markdown(results["models"], (results["machine"].get("cpu") or {}).get("bfloat16_units"))
     return "\n".join(lines + (["", targets] if targets else []))

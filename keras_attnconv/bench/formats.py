@@ -26,13 +26,19 @@ from keras_attnconv.utils.assets import SAMPLE_PATH
 from keras_attnconv.utils.reports import cpu_capabilities, json_settings, machine, write_report
 
 # Each runtime but Keras: the `export_model` options of the file it runs.
-EXPORTS = {"saved_model": {"format": "saved_model"},
-           "saved_model_bfloat16": {"format": "saved_model", "compute_dtype": "bfloat16"},
-           "onnx": {"format": "onnx"}, "litert": {"format": "litert"}}
+EXPORTS = {
+    "saved_model": {"format": "saved_model"},
+    "saved_model_bfloat16": {"format": "saved_model", "compute_dtype": "bfloat16"},
+    "onnx": {"format": "onnx"},
+    "litert": {"format": "litert"},
+}
 RUNTIMES = ("keras", *EXPORTS)
 SMALL_BATCH, LARGE_BATCH = 1, 64
-FORMATS_FULL = {"format_models": ("quadratic", "learned_content_local", "resnet18"), "repeats": 5,
-                "bfloat16_serving": "auto"}
+FORMATS_FULL = {
+    "format_models": ("quadratic", "learned_content_local", "resnet18"),
+    "repeats": 5,
+    "bfloat16_serving": "auto",
+}
 # The quick suite checks that every row runs, so it measures the bfloat16 SavedModel of its tiny model on any CPU.
 FORMATS_QUICK = {"format_models": ("quadratic_tiny",), "repeats": 2, "bfloat16_serving": True}
 BFLOAT16_SERVING = "saved_model_bfloat16"
@@ -91,8 +97,9 @@ def measures_bfloat16_serving(bfloat16_serving, bfloat16_units):
     if bfloat16_serving == "auto":
         return bfloat16_units is not None
     if not isinstance(bfloat16_serving, bool):
-        raise ValueError(f"`bfloat16_serving` must be true, false or \"auto\". "
-                         f"Received: bfloat16_serving={bfloat16_serving!r}")
+        raise ValueError(
+            f'`bfloat16_serving` must be true, false or "auto". Received: bfloat16_serving={bfloat16_serving!r}'
+        )
     return bfloat16_serving
 
 
@@ -105,8 +112,10 @@ def check_format_models(format_models):
     for name in format_models:
         taken = get_model_config(name).image_size
         if taken != size:
-            raise ValueError(f"The format benchmark runs the embedded {size}x{size} CIFAR-10 images; {name!r} takes "
-                             f"{taken}x{taken}. Received: models={tuple(format_models)!r}")
+            raise ValueError(
+                f"The format benchmark runs the embedded {size}x{size} CIFAR-10 images; {name!r} takes "
+                f"{taken}x{taken}. Received: models={tuple(format_models)!r}"
+            )
 
 
 def format_benchmark(format_models, repeats, bfloat16_serving="auto", **_):
@@ -119,8 +128,11 @@ def format_benchmark(format_models, repeats, bfloat16_serving="auto", **_):
     units = cpu_capabilities()["bfloat16_units"]
     left_out = {}
     if not measures_bfloat16_serving(bfloat16_serving, units):
-        left_out[BFLOAT16_SERVING] = ("bfloat16_serving is false" if units is not None else "this CPU has no "
-                                      "bfloat16 units (AMX, AVX-512 BF16): TensorFlow would convert each element")
+        left_out[BFLOAT16_SERVING] = (
+            "bfloat16_serving is false"
+            if units is not None
+            else "this CPU has no bfloat16 units (AMX, AVX-512 BF16): TensorFlow would convert each element"
+        )
     reason = unavailable()
     if reason is not None:
         return {"skipped": reason}
@@ -131,23 +143,31 @@ def format_benchmark(format_models, repeats, bfloat16_serving="auto", **_):
     with tempfile.TemporaryDirectory(prefix="attnconv-bench-formats-") as root:
         for name in format_models:
             model = build_model(name, seed=0, dtype="float32")
-            paths = {runtime: export_model(model, f"{root}/{runtime}", warmup=False, **options)
-                     for runtime, options in exports.items()}
+            paths = {
+                runtime: export_model(model, f"{root}/{runtime}", warmup=False, **options)
+                for runtime, options in exports.items()
+            }
             runs = {runtime: _LOADERS[runtime](model, paths.get(runtime)) for runtime in ("keras", *exports)}
             expected = runs["keras"](large)
             seconds = {}
             for batch, images in ((SMALL_BATCH, small), (LARGE_BATCH, large)):
-                timed, _ = interleaved({runtime: (lambda run=run, x=images: run(x)) for runtime, run in runs.items()},
-                                       repeats, warmup=1)
+                timed, _ = interleaved(
+                    {runtime: (lambda run=run, x=images: run(x)) for runtime, run in runs.items()}, repeats, warmup=1
+                )
                 seconds[batch] = timed
             for runtime in RUNTIMES:
                 if runtime in left_out:
                     rows.append({"model": name, "runtime": runtime, "skipped": left_out[runtime]})
                     continue
-                rows.append({"model": name, "runtime": runtime,
-                             "batch1_ms": 1e3 * seconds[SMALL_BATCH][runtime],
-                             "batch64_images_per_second": LARGE_BATCH / seconds[LARGE_BATCH][runtime],
-                             "max_abs_difference": float(np.abs(runs[runtime](large) - expected).max())})
+                rows.append(
+                    {
+                        "model": name,
+                        "runtime": runtime,
+                        "batch1_ms": 1e3 * seconds[SMALL_BATCH][runtime],
+                        "batch64_images_per_second": LARGE_BATCH / seconds[LARGE_BATCH][runtime],
+                        "max_abs_difference": float(np.abs(runs[runtime](large) - expected).max()),
+                    }
+                )
     return rows
 
 
@@ -155,20 +175,25 @@ def formats_markdown(rows, repeats):
     """The rows of `format_benchmark` as a markdown table (or the reason it is empty)."""
     if isinstance(rows, dict):
         return f"Inference in each export format: not measured ({rows['skipped']})."
-    lines = [f"Inference in each export format (uint8 images in, probabilities out; medians of {repeats} rounds "
-             "in turns; saved_model_bfloat16: the SavedModel computing in bfloat16; difference: largest absolute "
-             "difference from Keras' float32 probabilities on 64 real images of the embedded sample):", "",
-             "| model | runtime | batch 1 ms | batch 64 images/s | vs Keras batch 64 | max abs diff |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"Inference in each export format (uint8 images in, probabilities out; medians of {repeats} rounds "
+        "in turns; saved_model_bfloat16: the SavedModel computing in bfloat16; difference: largest absolute "
+        "difference from Keras' float32 probabilities on 64 real images of the embedded sample):",
+        "",
+        "| model | runtime | batch 1 ms | batch 64 images/s | vs Keras batch 64 | max abs diff |",
+        "|---|---|---|---|---|---|",
+    ]
     keras_rate = {row["model"]: row["batch64_images_per_second"] for row in rows if row["runtime"] == "keras"}
     for row in rows:
         if "skipped" in row:
             lines.append(f"| `{row['model']}` | {row['runtime']} | not measured: {row['skipped']} | | | |")
             continue
-        lines.append(f"| `{row['model']}` | {row['runtime']} | {row['batch1_ms']:.1f} "
-                     f"| {row['batch64_images_per_second']:.1f} "
-                     f"| {row['batch64_images_per_second'] / keras_rate[row['model']]:.2f}x "
-                     f"| {row['max_abs_difference']:.1e} |")
+        lines.append(
+            f"| `{row['model']}` | {row['runtime']} | {row['batch1_ms']:.1f} "
+            f"| {row['batch64_images_per_second']:.1f} "
+            f"| {row['batch64_images_per_second'] / keras_rate[row['model']]:.2f}x "
+            f"| {row['max_abs_difference']:.1e} |"
+        )
     return "\n".join(lines)
 
 
@@ -179,8 +204,6 @@ def run_format_benchmark(quick=False, output="bench-formats.json", models=None, 
     if models is not None:
         settings["format_models"] = tuple(models)
     check_format_models(settings["format_models"])  # also where the runtimes are missing: a bad name is an error
-    results = {"machine": machine(),
-               "settings": json_settings(settings),
-               "formats": format_benchmark(**settings)}
+    results = {"machine": machine(), "settings": json_settings(settings), "formats": format_benchmark(**settings)}
     write_report(output, results, formats_markdown(results["formats"], settings["repeats"]))
     return results

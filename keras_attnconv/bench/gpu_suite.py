@@ -30,22 +30,45 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.analysis.throughput import Throughput
-from keras_attnconv.bench.measure import (device_peak_memory, interleaved, matmul_step, random_images, read_step,
-                                          run_in_workers, xla_cost)
+from keras_attnconv.bench.measure import (
+    device_peak_memory,
+    interleaved,
+    matmul_step,
+    random_images,
+    read_step,
+    run_in_workers,
+    xla_cost,
+)
 from keras_attnconv.models import build_model, count_flops, get_model_config, with_attention_options
 from keras_attnconv.models.precision import PRECISIONS, check_precisions
 from keras_attnconv.utils.reports import code_digest, device_description, json_settings, report_paths, write_report
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
-GPU_FULL = {"models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
-            "precisions": ("mixed_bfloat16", *(p for p in PRECISIONS if p != "mixed_bfloat16")),
-            "paths_of": "quadratic",
-            "batch": 100, "image_size": 32, "warmup_steps": 5, "steps": 20, "fit_images": 5000, "matmul": 8192,
-            "read_mib": 1024}
+GPU_FULL = {
+    "models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
+    "precisions": ("mixed_bfloat16", *(p for p in PRECISIONS if p != "mixed_bfloat16")),
+    "paths_of": "quadratic",
+    "batch": 100,
+    "image_size": 32,
+    "warmup_steps": 5,
+    "steps": 20,
+    "fit_images": 5000,
+    "matmul": 8192,
+    "read_mib": 1024,
+}
 # Tiny shapes, a smoke test of every measurement (it runs in the CPU test suite): not a benchmark.
-GPU_QUICK = {"models": ("quadratic_tiny", "resnet_tiny"), "precisions": ("mixed_float16",),
-             "paths_of": "quadratic_tiny", "batch": 4, "image_size": 8, "warmup_steps": 1, "steps": 3,
-             "fit_images": 8, "matmul": 128, "read_mib": 4}
+GPU_QUICK = {
+    "models": ("quadratic_tiny", "resnet_tiny"),
+    "precisions": ("mixed_float16",),
+    "paths_of": "quadratic_tiny",
+    "batch": 4,
+    "image_size": 8,
+    "warmup_steps": 1,
+    "steps": 3,
+    "fit_images": 8,
+    "matmul": 128,
+    "read_mib": 4,
+}
 PATHS = {"separable": True, "position": False}  # the quadratic model's paths, as the layer's `separable` forces them
 
 
@@ -62,13 +85,17 @@ def _build(model, precision, image_size, forced_path=None):
     auto_path = _attention_path(built)
     if forced_path is not None:
         built = with_attention_options(built, separable=PATHS[forced_path])
-    built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    built.compile(
+        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
     return built, auto_path
 
 
-def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_images, forced_path=None,
-                 paths_of=None, **_):
+def measure_case(
+    model, precision, batch, image_size, warmup_steps, steps, fit_images, forced_path=None, paths_of=None, **_
+):
     """One model in one precision (on one forced attention path): times, throughput, memory. A worker's job.
 
     The model measured on each path (`paths_of`) also gets XLA's count of its step's FLOPs and bytes (on JAX):
@@ -96,23 +123,33 @@ def measure_case(model, precision, batch, image_size, warmup_steps, steps, fit_i
     flops_per_step = 3 * count_flops(built).total * batch  # forward + backward ~ 3x the forward pass
     cost = xla_cost(built, x, y) if model == paths_of else None
     return {
-        "model": model, "precision": precision, "forced_path": forced_path, "path": _attention_path(built),
+        "model": model,
+        "precision": precision,
+        "forced_path": forced_path,
+        "path": _attention_path(built),
         "auto_path": auto_path,
-        "batch": batch, "compile_seconds": compile_seconds["step"], "step_ms": 1e3 * step_seconds,
+        "batch": batch,
+        "compile_seconds": compile_seconds["step"],
+        "step_ms": 1e3 * step_seconds,
         "steps_timed": steps,
-        "fit_images_per_second": throughput.images_per_second, "fit_images": fit_images,
-        "peak_memory_mib": peak_mib, "memory_source": memory_source,
-        "flops_per_step": flops_per_step, "achieved_tflops": flops_per_step / step_seconds / 1e12,
+        "fit_images_per_second": throughput.images_per_second,
+        "fit_images": fit_images,
+        "peak_memory_mib": peak_mib,
+        "memory_source": memory_source,
+        "flops_per_step": flops_per_step,
+        "achieved_tflops": flops_per_step / step_seconds / 1e12,
         "finite_loss": bool(np.isfinite(losses).all()),
-        "xla_flops": cost and cost["flops"], "xla_bytes": cost and cost["bytes_accessed"],
+        "xla_flops": cost and cost["flops"],
+        "xla_bytes": cost and cost["bytes_accessed"],
     }
 
 
 def measure_references(matmul, read_mib, repeats=10, **_):
     """The device, versions, an n x n matmul's rate in each compute dtype, the read bandwidth. A worker's job."""
     dtypes = ("float32", "bfloat16", "float16")
-    seconds, _ = interleaved({**{dtype: matmul_step(matmul, dtype) for dtype in dtypes}, "read": read_step(read_mib)},
-                             repeats)
+    seconds, _ = interleaved(
+        {**{dtype: matmul_step(matmul, dtype) for dtype in dtypes}, "read": read_step(read_mib)}, repeats
+    )
     rates = {dtype: 2 * matmul**3 / seconds[dtype] / 1e12 for dtype in dtypes}
     read_gbps = read_mib * 2**20 / seconds["read"] / 1e9
     return {"device": device_description(), "matmul_tflops": rates, "read_gbps": read_gbps}
@@ -179,8 +216,15 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
     results = _previous_results(output, settings, code)
     if results is None:
         references = run_in_workers("gpu-references", [settings], concurrently=False)[0]
-        results = {"command": command, "device": references["device"], "matmul_tflops": references["matmul_tflops"],
-                   "read_gbps": references["read_gbps"], "settings": settings, "code": code, "rows": []}
+        results = {
+            "command": command,
+            "device": references["device"],
+            "matmul_tflops": references["matmul_tflops"],
+            "read_gbps": references["read_gbps"],
+            "settings": settings,
+            "code": code,
+            "rows": [],
+        }
     done = {_case_key(row) for row in results["rows"]}
     for case in cases(settings):
         if _case_key(case) in done:
@@ -200,15 +244,17 @@ def _write(results, output):
 
 def gpu_markdown(results):
     device, settings, rates = results["device"], results["settings"], results["matmul_tflops"]
-    versions = ", ".join(f"{name} {device[name]}" for name in ("keras", "jax", "jaxlib", "tensorflow", "python")
-                         if name in device)
+    versions = ", ".join(
+        f"{name} {device[name]}" for name in ("keras", "jax", "jaxlib", "tensorflow", "python") if name in device
+    )
     lines = [
         f"Device: {device['device']}; backend {device['backend']}; {versions}.",
         f"Command: `{results['command']}`" if results.get("command") else None,
         f"Batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}x3 inputs, XLA. Step: median "
         f"of {settings['steps']} training steps after {settings['warmup_steps']}, each waited for. Fit: "
         f"{settings['fit_images']} images after a warm-up epoch. Reference matmul "
-        f"{settings['matmul']}x{settings['matmul']}: " + ", ".join(f"{d} {r:.3g}" for d, r in rates.items())
+        f"{settings['matmul']}x{settings['matmul']}: "
+        + ", ".join(f"{d} {r:.3g}" for d, r in rates.items())
         + f" TFLOP/s; read bandwidth ({settings['read_mib']} MiB) {results['read_gbps']:.4g} GB/s.",
         "",
         "| model | path | precision | compile s | step ms | fit images/s | peak MiB | TFLOP/s | of matmul |",
@@ -218,23 +264,32 @@ def gpu_markdown(results):
         path = row["path"] or "-"
         if row["path"] is not None and row["path"] == row["auto_path"]:
             path += " (auto)"
-        lines.append(f"| `{row['model']}` | {path} | {row['precision']} | {row['compile_seconds']:.1f} "
-                     f"| {row['step_ms']:.2f} | {row['fit_images_per_second']:.0f} | {row['peak_memory_mib']:.0f} "
-                     f"| {row['achieved_tflops']:.3g} | {100 * row['fraction_of_matmul']:.0f}% |")
+        lines.append(
+            f"| `{row['model']}` | {path} | {row['precision']} | {row['compile_seconds']:.1f} "
+            f"| {row['step_ms']:.2f} | {row['fit_images_per_second']:.0f} | {row['peak_memory_mib']:.0f} "
+            f"| {row['achieved_tflops']:.3g} | {100 * row['fraction_of_matmul']:.0f}% |"
+        )
     memory = {row["memory_source"] for row in results["rows"]}
     lines += ["", f"Peak memory: {', '.join(sorted(memory))}."]
     floors = [(row, floor_ms(row, rates, results["read_gbps"])) for row in results["rows"]]
     floors = [(row, floor) for row, floor in floors if floor is not None]
     if floors:
-        lines += ["", "The step beside the device's floor: the step's FLOPs (the larger of 3x the forward formula and "
-                  "XLA's count of one forward + backward pass) at the matmul rate, or XLA's bytes at the read "
-                  "bandwidth, whichever is longer. Fit ms: batch / fit images/s (steps not waited for one by one).",
-                  "", "| model | path | precision | step ms | fit ms | formula GFLOP | XLA GFLOP | XLA GB | floor ms "
-                  "| step / floor | fit / floor |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "The step beside the device's floor: the step's FLOPs (the larger of 3x the forward formula and "
+            "XLA's count of one forward + backward pass) at the matmul rate, or XLA's bytes at the read "
+            "bandwidth, whichever is longer. Fit ms: batch / fit images/s (steps not waited for one by one).",
+            "",
+            "| model | path | precision | step ms | fit ms | formula GFLOP | XLA GFLOP | XLA GB | floor ms "
+            "| step / floor | fit / floor |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for row, floor in floors:
             fit_ms = 1e3 * settings["batch"] / row["fit_images_per_second"]
-            lines.append(f"| `{row['model']}` | {row['path']} | {row['precision']} | {row['step_ms']:.2f} "
-                         f"| {fit_ms:.2f} | {row['flops_per_step'] / 1e9:.4g} | {row['xla_flops'] / 1e9:.4g} "
-                         f"| {row['xla_bytes'] / 1e9:.3g} | {floor:.3g} | {row['step_ms'] / floor:.1f}x "
-                         f"| {fit_ms / floor:.1f}x |")
+            lines.append(
+                f"| `{row['model']}` | {row['path']} | {row['precision']} | {row['step_ms']:.2f} "
+                f"| {fit_ms:.2f} | {row['flops_per_step'] / 1e9:.4g} | {row['xla_flops'] / 1e9:.4g} "
+                f"| {row['xla_bytes'] / 1e9:.3g} | {floor:.3g} | {row['step_ms'] / floor:.1f}x "
+                f"| {fit_ms / floor:.1f}x |"
+            )
     return "\n".join(line for line in lines if line is not None)

@@ -76,8 +76,10 @@ def largest_program_mib(directory):
     mixes in (TensorFlow keeps a compiled step's buffers between steps, so
     the resident set barely rises after the first step).
     """
-    sizes = [sum(int(size) for size in _ALLOCATION_BYTES.findall(pathlib.Path(path).read_text()))
-             for path in glob.glob(os.path.join(directory, "*buffer-assignment.txt"))]
+    sizes = [
+        sum(int(size) for size in _ALLOCATION_BYTES.findall(pathlib.Path(path).read_text()))
+        for path in glob.glob(os.path.join(directory, "*buffer-assignment.txt"))
+    ]
     return max(sizes) / 2**20 if sizes else None
 
 
@@ -195,8 +197,13 @@ def run_in_workers(kind, cases, concurrently, program_memory=False, environment=
         if program_memory:
             flags = xla_dump_flags(os.path.join(dumps, str(index)))
             worker_env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
-        return subprocess.Popen([sys.executable, "-m", "keras_attnconv.bench", kind, json.dumps(case)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=worker_env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "keras_attnconv.bench", kind, json.dumps(case)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=worker_env,
+        )
 
     def result(index, case, worker):
         stdout, stderr = worker.communicate()

@@ -36,24 +36,67 @@ from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model
 from keras_attnconv.utils.reports import device_description, json_settings, machine, write_report
 
-PROFILE_FULL = {"model": "quadratic", "precisions": ("float32", "mixed_bfloat16"), "paths": ("xla", "graph"),
-                "batch": 16, "image_size": 32, "warmup": 2, "repeats": 3, "top": 12}
+PROFILE_FULL = {
+    "model": "quadratic",
+    "precisions": ("float32", "mixed_bfloat16"),
+    "paths": ("xla", "graph"),
+    "batch": 16,
+    "image_size": 32,
+    "warmup": 2,
+    "repeats": 3,
+    "top": 12,
+}
 # A GPU (JAX): the GPU suite's batch, the recipes' precision first, every step XLA.
-PROFILE_GPU = {**PROFILE_FULL, "precisions": ("mixed_bfloat16", "float32"), "paths": ("xla",), "batch": 100,
-               "warmup": 5, "repeats": 10, "top": 15}
+PROFILE_GPU = {
+    **PROFILE_FULL,
+    "precisions": ("mixed_bfloat16", "float32"),
+    "paths": ("xla",),
+    "batch": 100,
+    "warmup": 5,
+    "repeats": 10,
+    "top": 15,
+}
 # Tiny shapes, a smoke test of the profile and its parsing (it runs in the CPU test suite): not a measurement.
-PROFILE_QUICK = {"model": "quadratic_tiny", "precisions": ("float32",), "paths": ("xla", "graph"), "batch": 2,
-                 "image_size": 8, "warmup": 1, "repeats": 1, "top": 5}
+PROFILE_QUICK = {
+    "model": "quadratic_tiny",
+    "precisions": ("float32",),
+    "paths": ("xla", "graph"),
+    "batch": 2,
+    "image_size": 8,
+    "warmup": 1,
+    "repeats": 1,
+    "top": 5,
+}
 JIT_COMPILE = {"xla": True, "graph": False}
 FRAMEWORK = "framework and waiting"
 # Kinds of op by what they compute (lower-cased substrings of the kind's name).
 # A GPU's matmul kernels are named by their library: cuBLAS (gemm, xmma, nvjet) or CUTLASS.
 # "convolution" and "conv2d", not "conv": XLA's `convert` fusions are element-wise casts.
-CATEGORIES = {"matmul": ("matmul", "dot", "convolution", "conv1d", "conv2d", "conv3d", "einsum", "gemm", "xmma",
-                         "nvjet", "cutlass"),
-              "random": ("random", "rng", "philox")}
-_FRAMEWORK_NAMES = {"one_step_on_data", "BlockUntilReady", "ParallelFor", "EagerCopyToDevice", "FunctionRun",
-                    "ValidateInputTypeAndPlacement", "shard_args"}
+CATEGORIES = {
+    "matmul": (
+        "matmul",
+        "dot",
+        "convolution",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "einsum",
+        "gemm",
+        "xmma",
+        "nvjet",
+        "cutlass",
+    ),
+    "random": ("random", "rng", "philox"),
+}
+_FRAMEWORK_NAMES = {
+    "one_step_on_data",
+    "BlockUntilReady",
+    "ParallelFor",
+    "EagerCopyToDevice",
+    "FunctionRun",
+    "ValidateInputTypeAndPlacement",
+    "shard_args",
+}
 # Executors, TensorFlow's C API, a compiled function's own event, XLA's marks of an operation's end,
 # Python's frames (JAX's profiler names them "$file:line function") and JAX's call of a compiled function.
 _FRAMEWORK_PREFIXES = ("__inference", "a_inference", "TFE_", "end: ", "$", "PjitFunction")
@@ -77,7 +120,7 @@ def kernel_kind(name):
 
 
 def category(kind):
-    """"matmul", "random" or "other": what an op kind computes."""
+    """ "matmul", "random" or "other": what an op kind computes."""
     lowered = kind.lower()
     return next((name for name, parts in CATEGORIES.items() if any(part in lowered for part in parts)), "other")
 
@@ -141,8 +184,13 @@ def counted_lines(planes):
     Args:
         planes: ``(plane name, lines)`` pairs; a line has a ``name`` and its ``events``.
     """
-    gpu_streams = [line for name, lines in planes if name.startswith("/device:GPU") for line in lines
-                   if line.name.startswith("Stream")]
+    gpu_streams = [
+        line
+        for name, lines in planes
+        if name.startswith("/device:GPU")
+        for line in lines
+        if line.name.startswith("Stream")
+    ]
     return (gpu_streams, True) if gpu_streams else ([line for _, lines in planes for line in lines], False)
 
 
@@ -153,8 +201,10 @@ def _jax_trace(logdir):
     # The profile's planes, lines and events are iterators, read once.
     profile = jax.profiler.ProfileData.from_file(_trace_path(logdir))
     lines, device_kernels = counted_lines([(plane.name, list(plane.lines)) for plane in profile.planes])
-    events = [[(event.name, round(event.start_ns * 1e3), round(event.duration_ns * 1e3)) for event in line.events]
-              for line in lines]
+    events = [
+        [(event.name, round(event.start_ns * 1e3), round(event.duration_ns * 1e3)) for event in line.events]
+        for line in lines
+    ]
     return Trace(events, sorted({line.name for line in lines}), device_kernels)
 
 
@@ -221,8 +271,11 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
     """One model's training step in one precision on one path under the backend's profiler. A worker's job."""
     keras.utils.set_random_seed(0)
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
-    built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=JIT_COMPILE[path])
+    built.compile(
+        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=JIT_COMPILE[path],
+    )
     x, y = random_images(batch, image_size), (np.arange(batch) % 10).astype("int32")
     for _ in range(warmup):
         built.train_on_batch(x, y)
@@ -232,17 +285,26 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
         # train_on_batch returns the loss to the host: each step has finished when the next starts.
         step_seconds, trace = _profiled_steps(lambda: built.train_on_batch(x, y), repeats, logdir)
     seconds = self_times_by_kind(trace.lines, trace.device_kernels)
-    return {"model": model, "precision": precision, "path": path, "step_ms": 1e3 * step_seconds,
-            "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()},
-            "trace_lines": trace.line_names, "device_kernels": trace.device_kernels, "cores_busy": cores_busy}
+    return {
+        "model": model,
+        "precision": precision,
+        "path": path,
+        "step_ms": 1e3 * step_seconds,
+        "kinds_ms": {kind: 1e3 * value / repeats for kind, value in seconds.most_common()},
+        "trace_lines": trace.line_names,
+        "device_kernels": trace.device_kernels,
+        "cores_busy": cores_busy,
+    }
 
 
 def profile_settings(quick):
     """The suite's settings for this backend and device: JAX compiles every step with XLA (no graph path)."""
     backend = keras.backend.backend()
     if backend not in ("tensorflow", "jax"):
-        raise RuntimeError(f"the profile suite reads TensorFlow's or JAX's profiler: run it with KERAS_BACKEND="
-                           f"tensorflow or jax. Received: backend {backend!r}")
+        raise RuntimeError(
+            f"the profile suite reads TensorFlow's or JAX's profiler: run it with KERAS_BACKEND="
+            f"tensorflow or jax. Received: backend {backend!r}"
+        )
     if backend == "tensorflow":
         return PROFILE_QUICK if quick else PROFILE_FULL
     import jax
@@ -254,8 +316,11 @@ def profile_settings(quick):
 def run_profile(quick=False, output="bench-profile.json", **overrides):
     """Profiles every (precision, path) case, one worker at a time; writes JSON and a markdown table beside it."""
     settings = json_settings({**profile_settings(quick), **overrides})
-    cases = [{**settings, "precision": precision, "path": path}
-             for precision in settings["precisions"] for path in settings["paths"]]
+    cases = [
+        {**settings, "precision": precision, "path": path}
+        for precision in settings["precisions"]
+        for path in settings["paths"]
+    ]
     rows = run_in_workers("profile-case", cases, concurrently=False)
     results = {"machine": machine(), "device": device_description(), "settings": settings, "rows": rows}
     write_report(output, results, profile_markdown(results))
@@ -275,27 +340,43 @@ def shares(row):
 def profile_markdown(results):
     settings, device = results["settings"], results.get("device", {}).get("device", "")
     on_device = any(row.get("device_kernels") for row in results["rows"])  # what was read, not where it ran
-    op_time = ("the device's kernels' time per step (when the device was busy)" if on_device else
-               "the ops' self time per step summed over threads (framework and waiting left out)")
-    lines = [f"Machine: {machine_text(results['machine'])}" + (f"; device: {device}" if on_device else "")
-             + f"; Keras {results['machine']['keras']} on {results['machine']['backend']}.", "",
-             f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
-             f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: {op_time}.", "",
-             "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms "
-             "| CPU cores busy (OS) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    op_time = (
+        "the device's kernels' time per step (when the device was busy)"
+        if on_device
+        else "the ops' self time per step summed over threads (framework and waiting left out)"
+    )
+    lines = [
+        f"Machine: {machine_text(results['machine'])}"
+        + (f"; device: {device}" if on_device else "")
+        + f"; Keras {results['machine']['keras']} on {results['machine']['backend']}.",
+        "",
+        f"`{settings['model']}`, batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}"
+        f"x3, {settings['repeats']} training steps profiled after {settings['warmup']}. Op ms: {op_time}.",
+        "",
+        "| precision | path | step ms | op ms | matmul | random | other | framework and waiting ms "
+        "| CPU cores busy (OS) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in results["rows"]:
         total, share = shares(row)
         cores = "-" if row.get("cores_busy") is None else f"{row['cores_busy']:.2f}"  # not measured before
-        lines.append(f"| {row['precision']} | {row['path']} | {row['step_ms']:.1f} | {total:.1f} "
-                     + "".join(f"| {100 * share[name]:.0f}% " for name in share)
-                     + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} | {cores} |")
+        lines.append(
+            f"| {row['precision']} | {row['path']} | {row['step_ms']:.1f} | {total:.1f} "
+            + "".join(f"| {100 * share[name]:.0f}% " for name in share)
+            + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} | {cores} |"
+        )
     for row in results["rows"]:
         total, _ = shares(row)
-        lines += ["", f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds", "",
-                  "| op kind | ms per step | share |", "|---|---|---|"]
+        lines += [
+            "",
+            f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds",
+            "",
+            "| op kind | ms per step | share |",
+            "|---|---|---|",
+        ]
         # Largest first, whatever order the file kept (JSON is written with sorted keys).
-        kinds = sorted(((kind, ms) for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK),
-                       key=lambda item: -item[1])[:settings["top"]]
+        kinds = sorted(
+            ((kind, ms) for kind, ms in row["kinds_ms"].items() if kind != FRAMEWORK), key=lambda item: -item[1]
+        )[: settings["top"]]
         lines += [f"| `{kind}` | {ms:.2f} | {100 * ms / total:.1f}% |" for kind, ms in kinds]
     return "\n".join(lines)

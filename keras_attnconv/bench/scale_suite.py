@@ -23,36 +23,65 @@ from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model
 from keras_attnconv.utils.reports import device_description, json_settings, write_report
 
-SCALE_FULL = {"model": "quadratic", "precision": "mixed_bfloat16", "batch": 128, "image_size": 32,
-              "devices": (1, 2, 4, 8), "fit_images": 128 * 20, "timed_epochs": 3}
+SCALE_FULL = {
+    "model": "quadratic",
+    "precision": "mixed_bfloat16",
+    "batch": 128,
+    "image_size": 32,
+    "devices": (1, 2, 4, 8),
+    "fit_images": 128 * 20,
+    "timed_epochs": 3,
+}
 # A small model and few images: what the CPU machine measures in a few minutes.
-SCALE_QUICK = {"model": "quadratic_tiny", "precision": "float32", "batch": 32, "image_size": 32,
-               "devices": (1, 2, 4), "fit_images": 32 * 8, "timed_epochs": 3}
+SCALE_QUICK = {
+    "model": "quadratic_tiny",
+    "precision": "float32",
+    "batch": 32,
+    "image_size": 32,
+    "devices": (1, 2, 4),
+    "fit_images": 32 * 8,
+    "timed_epochs": 3,
+}
 
 
 def measure_scale_case(model, precision, batch, image_size, devices, fit_images, timed_epochs, **_):
     """Images per second of ``fit`` on the first `devices` devices (None: no distribution). A worker's job."""
     if keras.backend.backend() != "jax":
-        raise ValueError(f"The scale suite measures Keras' distribution on JAX; the backend is "
-                         f"{keras.backend.backend()!r}. Received: KERAS_BACKEND={keras.backend.backend()!r}")
+        raise ValueError(
+            f"The scale suite measures Keras' distribution on JAX; the backend is "
+            f"{keras.backend.backend()!r}. Received: KERAS_BACKEND={keras.backend.backend()!r}"
+        )
     available = keras.distribution.list_devices()
-    row = {"devices": devices, "device_kind": available[0].split(":")[0], "available": len(available),
-           "batch": batch, "device": describe_device()}
+    row = {
+        "devices": devices,
+        "device_kind": available[0].split(":")[0],
+        "available": len(available),
+        "batch": batch,
+        "device": describe_device(),
+    }
     if devices is not None and (devices > len(available) or batch % devices):
-        return {**row, "skipped": f"{len(available)} devices here" if devices > len(available) else
-                f"a batch of {batch} does not split over {devices} devices"}
+        return {
+            **row,
+            "skipped": f"{len(available)} devices here"
+            if devices > len(available)
+            else f"a batch of {batch} does not split over {devices} devices",
+        }
     keras.utils.set_random_seed(0)
-    distribution = (keras.distribution.DataParallel(devices=available[:devices]) if devices is not None else None)
+    distribution = keras.distribution.DataParallel(devices=available[:devices]) if devices is not None else None
     images = random_images(fit_images, image_size, seed=1)
     labels = (np.arange(fit_images) % 10).astype("int32")
     throughput = Throughput(fit_images)
     with distribution.scope() if distribution is not None else contextlib.nullcontext():
         built = build_model(model, seed=0, dtype=precision, image_size=image_size)
-        built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+        built.compile(
+            optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=True,
+        )
         # The epoch's end waits for the devices (its logs are read on the host); the first epoch is the warm-up.
-        built.fit(images, labels, batch_size=batch, epochs=1 + timed_epochs, shuffle=False, verbose=0,
-                  callbacks=[throughput])
+        built.fit(
+            images, labels, batch_size=batch, epochs=1 + timed_epochs, shuffle=False, verbose=0, callbacks=[throughput]
+        )
     return {**row, "images_per_second": throughput.images_per_second, "per_device_batch": batch // (devices or 1)}
 
 
@@ -60,11 +89,14 @@ def run_scale_benchmark(quick=False, output="bench-scale.json", command=None, **
     """Runs the scale suite, one worker per device count, one at a time; writes JSON and a markdown table."""
     settings = json_settings({**(SCALE_QUICK if quick else SCALE_FULL), **overrides})
     # Where there is no accelerator, the CPU poses as the largest count of devices (a flag only the CPU reads).
-    environment = {"KERAS_BACKEND": "jax",
-                   "XLA_FLAGS": f"--xla_force_host_platform_device_count={max(settings['devices'])}"}
+    environment = {
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={max(settings['devices'])}",
+    }
     counts = [None, *settings["devices"]]
-    rows = run_in_workers("scale-case", [{**settings, "devices": n} for n in counts], concurrently=False,
-                          environment=environment)
+    rows = run_in_workers(
+        "scale-case", [{**settings, "devices": n} for n in counts], concurrently=False, environment=environment
+    )
     device = [row.pop("device") for row in rows][0]  # one machine: every worker describes the same
     results = {"command": command, "device": device, "settings": settings, "rows": rows}
     write_report(output, results, scale_markdown(results))
@@ -94,7 +126,8 @@ def scale_markdown(results):
         f"`fit`: the median of {settings['timed_epochs']} epochs of {settings['fit_images']} images after a "
         "warm-up epoch.",
         "Simulated CPU devices share this machine's cores, each on a thread of its own: the rows show how the "
-        "split batch uses those cores and what the split costs, not a speed-up of separate devices." if cpu
+        "split batch uses those cores and what the split costs, not a speed-up of separate devices."
+        if cpu
         else None,
         "",
         "| devices | per-device batch | images/s | vs one device |",

@@ -17,16 +17,17 @@ AVX512_BF16_SPEEDUP = 2.0
 
 
 def _rule_row(rows, precision):
-    return next((row for row in rows if row["model"] == MODEL and row["precision"] == precision and row["rule"]),
-                None)
+    return next((row for row in rows if row["model"] == MODEL and row["precision"] == precision and row["rule"]), None)
 
 
 def _fraction_target(row, least, what):
     measured = row["fraction_of_matmul"]
-    return {"target": f"`{MODEL}` {row['precision']} ({row['path']}) at >= {100 * least:.0f}% of the {what} "
-                      "matmul rate",
-            "measured": f"{100 * measured:.0f}%", "met": measured >= least,
-            "shortfall": f"{100 * (least - measured):.0f} points" if measured < least else None}
+    return {
+        "target": f"`{MODEL}` {row['precision']} ({row['path']}) at >= {100 * least:.0f}% of the {what} matmul rate",
+        "measured": f"{100 * measured:.0f}%",
+        "met": measured >= least,
+        "shortfall": f"{100 * (least - measured):.0f} points" if measured < least else None,
+    }
 
 
 def step_targets(rows, bfloat16_units):
@@ -41,18 +42,24 @@ def step_targets(rows, bfloat16_units):
         targets.append(_fraction_target(bfloat16, AMX_FRACTION, "best bfloat16"))
     elif bfloat16 is not None and bfloat16_units is not None and float32 is not None:
         speedup = float32["step_ms"] / bfloat16["step_ms"]
-        targets.append({"target": f"`{MODEL}` mixed_bfloat16 ({bfloat16['path']}) at >= {AVX512_BF16_SPEEDUP:g}x "
-                                  f"the float32 step's speed ({bfloat16_units})",
-                        "measured": f"{speedup:.2f}x", "met": speedup >= AVX512_BF16_SPEEDUP,
-                        "shortfall": None if speedup >= AVX512_BF16_SPEEDUP
-                        else f"{AVX512_BF16_SPEEDUP / speedup:.2f}x"})
+        targets.append(
+            {
+                "target": f"`{MODEL}` mixed_bfloat16 ({bfloat16['path']}) at >= {AVX512_BF16_SPEEDUP:g}x "
+                f"the float32 step's speed ({bfloat16_units})",
+                "measured": f"{speedup:.2f}x",
+                "met": speedup >= AVX512_BF16_SPEEDUP,
+                "shortfall": None if speedup >= AVX512_BF16_SPEEDUP else f"{AVX512_BF16_SPEEDUP / speedup:.2f}x",
+            }
+        )
     return targets
 
 
 def targets_markdown(rows, bfloat16_units):
     """`step_targets` as lines of text, with a line for a CPU that has no bfloat16 target; "" where none applies."""
-    lines = [f"- {t['target']}: {t['measured']}, " + ("met" if t["met"] else f"missed by {t['shortfall']}")
-             for t in step_targets(rows, bfloat16_units)]
+    lines = [
+        f"- {t['target']}: {t['measured']}, " + ("met" if t["met"] else f"missed by {t['shortfall']}")
+        for t in step_targets(rows, bfloat16_units)
+    ]
     if bfloat16_units is None and _rule_row(rows, "mixed_bfloat16") is not None:
         lines.append(f"- `{MODEL}` mixed_bfloat16: no target on a CPU without bfloat16 units (AMX, AVX-512 BF16)")
     return "\n".join(["Targets (keras_attnconv/bench/step_targets.py):", *lines]) if lines else ""

@@ -28,10 +28,35 @@ Serving serves (a model's first version is served when it appears;
 `set_served_version`, ``attnconv serve`` or ``attnconv export --serve`` moves it).
 """
 
-from keras_attnconv.export.exporter import export_model, export_registered, paper_configurations, served_version, set_served_version
-from keras_attnconv.export.root import DEFAULT_EXPORT_DIRS, FORMATS, MODELS_CONFIG, ExportRoot, check_serving_name, check_version
+from keras_attnconv.export.exporter import (
+    export_model,
+    export_registered,
+    paper_configurations,
+    served_version,
+    set_served_version,
+)
+from keras_attnconv.export.root import (
+    DEFAULT_EXPORT_DIRS,
+    FORMATS,
+    MODELS_CONFIG,
+    ExportRoot,
+    check_serving_name,
+    check_version,
+)
 from keras_attnconv.export.runtimes import RUNTIMES, load_in_runtime
 
-__all__ = ["DEFAULT_EXPORT_DIRS", "FORMATS", "MODELS_CONFIG", "RUNTIMES", "ExportRoot", "check_serving_name",
-           "check_version", "export_model", "export_registered", "load_in_runtime", "paper_configurations",
-           "served_version", "set_served_version"]
+__all__ = [
+    "DEFAULT_EXPORT_DIRS",
+    "FORMATS",
+    "MODELS_CONFIG",
+    "RUNTIMES",
+    "ExportRoot",
+    "check_serving_name",
+    "check_version",
+    "export_model",
+    "export_registered",
+    "load_in_runtime",
+    "paper_configurations",
+    "served_version",
+    "set_served_version",
+]

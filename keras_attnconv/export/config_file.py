@@ -37,18 +37,23 @@ def read(path, export_dir):
         text = path.read_text()
         text_format.Parse(text, config)
     except (OSError, text_format.ParseError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not a TF Serving model config ({error}): fix or remove it. "
-                         f"Received: export_dir={str(export_dir)!r}") from None
+        raise ValueError(
+            f"{path} is not a TF Serving model config ({error}): fix or remove it. "
+            f"Received: export_dir={str(export_dir)!r}"
+        ) from None
     if config.WhichOneof("config") == "custom_model_config":
-        raise ValueError(f"{path} holds a custom_model_config, to which models cannot be added: export to "
-                         f"another export_dir. Received: export_dir={str(export_dir)!r}")
+        raise ValueError(
+            f"{path} holds a custom_model_config, to which models cannot be added: export to "
+            f"another export_dir. Received: export_dir={str(export_dir)!r}"
+        )
     return text, config
 
 
 def header(text):
     """The comment lines (and blank lines among them) at the top of `text`: kept, verbatim, by every rewrite."""
-    lines = itertools.takewhile(lambda line: not line.strip() or line.lstrip().startswith("#"),
-                                text.splitlines(keepends=True))
+    lines = itertools.takewhile(
+        lambda line: not line.strip() or line.lstrip().startswith("#"), text.splitlines(keepends=True)
+    )
     kept = "".join(lines)
     return kept if not kept or kept.endswith("\n") else kept + "\n"
 
@@ -56,8 +61,9 @@ def header(text):
 def lost_comment_lines(text):
     """The numbers (from 1) of the lines after the header that hold a comment: a rewrite cannot keep them."""
     first = len(header(text).splitlines()) + 1
-    return [number for number, line in enumerate(text.splitlines(), 1)
-            if number >= first and "#" in _STRING.sub("", line)]
+    return [
+        number for number, line in enumerate(text.splitlines(), 1) if number >= first and "#" in _STRING.sub("", line)
+    ]
 
 
 def write(path, config, old_text):
@@ -73,9 +79,13 @@ def write(path, config, old_text):
     lost = lost_comment_lines(old_text)
     if lost:
         more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
-        warnings.warn(f"{path}: its comment on line {lost[0]}{more} is not kept: TF Serving's text format has no "
-                      f"place for comments inside the config, and the package keeps only those at the top of the "
-                      f"file; move it there to keep it.", UserWarning, stacklevel=4)
+        warnings.warn(
+            f"{path}: its comment on line {lost[0]}{more} is not kept: TF Serving's text format has no "
+            f"place for comments inside the config, and the package keeps only those at the top of the "
+            f"file; move it there to keep it.",
+            UserWarning,
+            stacklevel=4,
+        )
     text = header(old_text) + text_format.MessageToString(config)
     target = path.resolve() if path.is_symlink() else path
     write_atomically(target, lambda tmp: tmp.write_text(text))

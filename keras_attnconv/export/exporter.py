@@ -3,16 +3,33 @@
 import json
 import shutil
 
-from keras_attnconv.export.formats import (COMPUTE_DTYPES, require_tensorflow_backend, serving_copy, write_saved_model,
-                                           write_single_file)
+from keras_attnconv.export.formats import (
+    COMPUTE_DTYPES,
+    require_tensorflow_backend,
+    serving_copy,
+    write_saved_model,
+    write_single_file,
+)
 from keras_attnconv.export.root import METADATA_FILES, ExportRoot, check_serving_name, check_version
 from keras_attnconv.export.runtimes import check_in_runtime
 from keras_attnconv.models.presets import check_zoo_model, model_metadata
 from keras_attnconv.utils.checks import check_bool, check_choice
 
 
-def export_model(model, export_dir=None, *, format="saved_model", version=None, serving_name=None, serve=False,
-                 jit_compile=False, compute_dtype="float32", metadata=None, warmup=True, base_path="/models"):
+def export_model(
+    model,
+    export_dir=None,
+    *,
+    format="saved_model",
+    version=None,
+    serving_name=None,
+    serve=False,
+    jit_compile=False,
+    compute_dtype="float32",
+    metadata=None,
+    warmup=True,
+    base_path="/models",
+):
     """Exports a model of the zoo as ``export_dir/<name>/<version>/``; returns the version directory.
 
     Args:
@@ -61,9 +78,11 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
         check_bool(flag, value)
     check_choice("compute_dtype", compute_dtype, tuple(COMPUTE_DTYPES))
     if format != "saved_model" and (serve or jit_compile or compute_dtype != "float32"):
-        raise ValueError(f"`serve`, `jit_compile` and a `compute_dtype` other than float32 apply to SavedModels only. "
-                         f"Received: format={format!r}, serve={serve}, jit_compile={jit_compile}, "
-                         f"compute_dtype={compute_dtype!r}")
+        raise ValueError(
+            f"`serve`, `jit_compile` and a `compute_dtype` other than float32 apply to SavedModels only. "
+            f"Received: format={format!r}, serve={serve}, jit_compile={jit_compile}, "
+            f"compute_dtype={compute_dtype!r}"
+        )
     require_tensorflow_backend()
     root.check(name, base_path)
     if serve:
@@ -74,8 +93,15 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
     exported = serving_copy(model, compute_dtype)
     root.claim()
     staging = root.new_staging(name)
-    info = {**(metadata or {}), **model_metadata(exported), "config": exported.get_config(), "serving_name": name,
-            "format": format, "compute_dtype": compute_dtype, "version": None}
+    info = {
+        **(metadata or {}),
+        **model_metadata(exported),
+        "config": exported.get_config(),
+        "serving_name": name,
+        "format": format,
+        "compute_dtype": compute_dtype,
+        "version": None,
+    }
 
     def write_metadata(directory, number):
         info["version"] = number
@@ -86,8 +112,12 @@ def export_model(model, export_dir=None, *, format="saved_model", version=None, 
             info["signature"] = write_saved_model(exported, staging, name, jit_compile, warmup)
             info["jit_compile"] = jit_compile
         else:
-            info["signature"] = write_single_file(exported, staging, format, {
-                "model": exported.name, "serving_name": name, "preprocessing": exported.preprocessing})
+            info["signature"] = write_single_file(
+                exported,
+                staging,
+                format,
+                {"model": exported.name, "serving_name": name, "preprocessing": exported.preprocessing},
+            )
         check_in_runtime(exported, staging, format, name)
         target = root.publish(staging, name, version, write_metadata)
     finally:
@@ -130,6 +160,8 @@ def export_registered(name, export_dir=None, **kwargs):
 
     get_model_config(name)  # an unknown name fails here, before any work
     ExportRoot(export_dir, kwargs.get("format", "saved_model")).check()
-    metadata = {"weights": "initial (untrained): built by build_model, not trained",
-                **(kwargs.pop("metadata", None) or {})}
+    metadata = {
+        "weights": "initial (untrained): built by build_model, not trained",
+        **(kwargs.pop("metadata", None) or {}),
+    }
     return export_model(build_model(name, dtype="float32"), export_dir, metadata=metadata, **kwargs)

@@ -7,7 +7,6 @@ import numpy as np
 
 from keras_attnconv.export.root import VERSION_FILES
 
-
 # What an export computes in -> the dtype policy of the model it traces. bfloat16 keeps float32 weights, scores,
 # softmax and logits (the mixed policy's rules), so the signature's inputs and outputs are those of float32.
 COMPUTE_DTYPES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
@@ -23,8 +22,10 @@ def serving_copy(model, compute_dtype="float32"):
 def require_tensorflow_backend():
     """Raises RuntimeError unless Keras runs on TensorFlow: every format is traced by TensorFlow."""
     if keras.backend.backend() != "tensorflow":
-        raise RuntimeError(f"Export traces the model with TensorFlow and needs the TensorFlow backend; Keras runs on "
-                           f"{keras.backend.backend()!r}. Run it as KERAS_BACKEND=tensorflow attnconv export ...")
+        raise RuntimeError(
+            f"Export traces the model with TensorFlow and needs the TensorFlow backend; Keras runs on "
+            f"{keras.backend.backend()!r}. Run it as KERAS_BACKEND=tensorflow attnconv export ..."
+        )
 
 
 def _serving_function(model):
@@ -51,7 +52,8 @@ def _write_warmup(version_dir, serving_name, image_shape):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for batch in WARMUP_BATCH_SIZES:
             request = predict_pb2.PredictRequest(
-                model_spec=model_pb2.ModelSpec(name=serving_name, signature_name="serving_default"))
+                model_spec=model_pb2.ModelSpec(name=serving_name, signature_name="serving_default")
+            )
             images = rng.integers(0, 256, (batch, *image_shape), dtype=np.uint8)
             request.inputs["images"].CopyFrom(tf.make_tensor_proto(images))
             log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
@@ -65,24 +67,33 @@ def write_saved_model(model, staging, serving_name, jit_compile, warmup):
     image_shape = tuple(int(d) for d in model.input_shape[1:])
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("serving_default", _serving_function(model),
-                         input_signature=[tf.TensorSpec((None, *image_shape), tf.uint8, name="images")],
-                         jit_compile=jit_compile)
+    archive.add_endpoint(
+        "serving_default",
+        _serving_function(model),
+        input_signature=[tf.TensorSpec((None, *image_shape), tf.uint8, name="images")],
+        jit_compile=jit_compile,
+    )
     archive.write_out(str(staging), verbose=False)
     if warmup:
         _write_warmup(staging, serving_name, image_shape)
     (staging / "assets.extra").mkdir(exist_ok=True)
-    return {"inputs": {"images": ["uint8", [None, *image_shape]]},
-            "outputs": {"probabilities": ["float32", [None, model.config.num_classes]],
-                        "classes": ["int64", [None]], "class_names": ["string", [None]]}}
+    return {
+        "inputs": {"images": ["uint8", [None, *image_shape]]},
+        "outputs": {
+            "probabilities": ["float32", [None, model.config.num_classes]],
+            "classes": ["int64", [None]],
+            "class_names": ["string", [None]],
+        },
+    }
 
 
 def _needs(module, format):
     try:
         __import__(module)
     except ImportError:
-        raise ModuleNotFoundError(f"The {format} export needs {module}: pip install 'keras-attnconv[export]'. "
-                                  f"Received: format={format!r}") from None
+        raise ModuleNotFoundError(
+            f"The {format} export needs {module}: pip install 'keras-attnconv[export]'. Received: format={format!r}"
+        ) from None
 
 
 def write_single_file(model, staging, format, description):
@@ -104,13 +115,17 @@ def write_single_file(model, staging, format, description):
         proto.graph.node.append(onnx.helper.make_node("Identity", [proto.graph.output[0].name], ["logits"]))
         proto.graph.output[0].name = "logits"
         # The file says what it is, as the SavedModel's metadata.json does.
-        for key, value in (("keras_attnconv", json.dumps(description, allow_nan=False)),
-                           ("class_names", json.dumps(list(model.class_names), allow_nan=False))):
+        for key, value in (
+            ("keras_attnconv", json.dumps(description, allow_nan=False)),
+            ("class_names", json.dumps(list(model.class_names), allow_nan=False)),
+        ):
             proto.metadata_props.add(key=key, value=value)
         onnx.checker.check_model(proto)
         onnx.save(proto, str(path))
-    return {"inputs": {"images": ["uint8", [None, size, size, 3]]},
-            "outputs": {"logits": ["float32", [None, model.config.num_classes]]}}
+    return {
+        "inputs": {"images": ["uint8", [None, size, size, 3]]},
+        "outputs": {"logits": ["float32", [None, model.config.num_classes]]},
+    }
 
 
 WARMUP_FILE = "tf_serving_warmup_requests"

@@ -30,10 +30,10 @@ import re
 from pathlib import Path
 
 from keras_attnconv.export import config_file
-from keras_attnconv.utils.ownership import check_owned, mark_of, write_mark
-from keras_attnconv.utils.staging import new_staging, remove_stale_staging
 from keras_attnconv.utils.checks import check_choice, check_path, did_you_mean
 from keras_attnconv.utils.files import check_writable, file_lock
+from keras_attnconv.utils.ownership import check_owned, mark_of, write_mark
+from keras_attnconv.utils.staging import new_staging, remove_stale_staging
 
 FORMATS = ("saved_model", "onnx", "litert")
 #: The export root of each format when none is given.
@@ -56,11 +56,14 @@ MAX_VERSION = 2**63 - 1
 def check_serving_name(name, argument="serving_name"):
     """Raises ValueError unless `name` is a plain directory name that is not one of the root's own files."""
     if not isinstance(name, str) or not SERVING_NAME.fullmatch(name) or len(name) > 200:
-        raise ValueError(f"`{argument}` must be a name of letters, digits, '_', '-' and '.', starting with a letter "
-                         f"or digit (never a path). Received: {argument}={name!r}")
+        raise ValueError(
+            f"`{argument}` must be a name of letters, digits, '_', '-' and '.', starting with a letter "
+            f"or digit (never a path). Received: {argument}={name!r}"
+        )
     if name in RESERVED_NAMES:
-        raise ValueError(f"`{argument}` cannot be {name!r}: the export root's own file has that name. "
-                         f"Received: {argument}={name!r}")
+        raise ValueError(
+            f"`{argument}` cannot be {name!r}: the export root's own file has that name. Received: {argument}={name!r}"
+        )
     return name
 
 
@@ -70,8 +73,9 @@ def check_version(version, allow_none=True):
         return
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
         expected = "None or an integer" if allow_none else "an integer"
-        raise ValueError(f"`version` must be {expected} from 1 to 2**63 - 1 (TF Serving's int64). "
-                         f"Received: version={version!r}")
+        raise ValueError(
+            f"`version` must be {expected} from 1 to 2**63 - 1 (TF Serving's int64). Received: version={version!r}"
+        )
 
 
 def _is_version_dir(path):
@@ -86,7 +90,8 @@ def _is_model_dir(path):
         return False
     versions = [entry for entry in path.iterdir() if not entry.name.startswith(".")]
     return all(_is_version_dir(v) for v in versions) and any(
-        (v / file).is_file() for v in versions for file in EXPORT_FILES)
+        (v / file).is_file() for v in versions for file in EXPORT_FILES
+    )
 
 
 class ExportRoot:
@@ -154,8 +159,10 @@ class ExportRoot:
             return
         for other in FORMATS:
             if other != self.format and self.versions(model_dir.name, other):
-                raise ValueError(f"{model_dir} holds {other} versions: export {self.format} to another export_dir "
-                                 f"(default {DEFAULT_EXPORT_DIRS[self.format]!r}). Received: format={self.format!r}")
+                raise ValueError(
+                    f"{model_dir} holds {other} versions: export {self.format} to another export_dir "
+                    f"(default {DEFAULT_EXPORT_DIRS[self.format]!r}). Received: format={self.format!r}"
+                )
 
     def model_names(self):
         """The names of the root's model directories, sorted."""
@@ -210,8 +217,10 @@ class ExportRoot:
 
     @staticmethod
     def _version_exists(target, version):
-        return FileExistsError(f"{target} exists: versions are never overwritten. Pass another `version`, "
-                               f"or version=None for the next free one. Received: version={version}")
+        return FileExistsError(
+            f"{target} exists: versions are never overwritten. Pass another `version`, "
+            f"or version=None for the next free one. Received: version={version}"
+        )
 
     def claim(self):
         """Creates and marks the root (a root of the user's is marked too, and nothing of it changed)."""
@@ -270,10 +279,12 @@ class ExportRoot:
     def _check_users_entry(self, entry, base_path, received):
         """Raises, naming it, if `entry` (None: no entry) serves a folder elsewhere: an export that needs it stops."""
         if entry is not None and not self.serves_this_root(entry, base_path):
-            raise ValueError(f"{self.models_config}: its entry {entry.name!r} serves {entry.base_path}, not "
-                             f"{posixpath.join(base_path, entry.name)} (this export root's), so it is the user's and "
-                             f"never changed: export under another name (--name), or edit the entry. "
-                             f"Received: {received}")
+            raise ValueError(
+                f"{self.models_config}: its entry {entry.name!r} serves {entry.base_path}, not "
+                f"{posixpath.join(base_path, entry.name)} (this export root's), so it is the user's and "
+                f"never changed: export under another name (--name), or edit the entry. "
+                f"Received: {received}"
+            )
 
     def _check_labels(self, entry, version):
         """Raises, naming the label, if serving only `version` (None: a new one) would leave a label of `entry` on
@@ -282,10 +293,12 @@ class ExportRoot:
         if stranded:
             label, labelled = stranded[0]
             serving = "a new version" if version is None else f"version {version}"
-            raise ValueError(f"{self.models_config}: its entry {entry.name!r} has the label {label!r} on version "
-                             f"{labelled}, which serving only {serving} would leave unserved (TF Serving refuses a "
-                             f"label on a version it does not serve): move or remove the label there first. "
-                             f"Received: name={entry.name!r}, version={version!r}")
+            raise ValueError(
+                f"{self.models_config}: its entry {entry.name!r} has the label {label!r} on version "
+                f"{labelled}, which serving only {serving} would leave unserved (TF Serving refuses a "
+                f"label on a version it does not serve): move or remove the label there first. "
+                f"Received: name={entry.name!r}, version={version!r}"
+            )
 
     def check_serve(self, name, version=None, base_path="/models"):
         """Raises, naming the entry or label, unless ``models.config`` may serve only `version` (None: a new one)
@@ -325,8 +338,10 @@ class ExportRoot:
             check_version(version, allow_none=False)
             if version not in self.versions(check_serving_name(name, "name"), "saved_model"):
                 hint = "" if (self.path / name).is_dir() else did_you_mean(name, self.model_names())
-                raise FileNotFoundError(f"{self.path / name / str(version)} holds no SavedModel to serve.{hint} "
-                                        f"Received: name={name!r}, version={version!r}")
+                raise FileNotFoundError(
+                    f"{self.path / name / str(version)} holds no SavedModel to serve.{hint} "
+                    f"Received: name={name!r}, version={version!r}"
+                )
         path = self.models_config
         with file_lock(self.path / self.LOCK):  # write_atomically removes killed writers' temporaries, by name
             text, config = config_file.read(path, self.path)
@@ -343,8 +358,9 @@ class ExportRoot:
                 if entry is not None and not self.serves_this_root(entry, base_path):
                     continue  # the user's entry, serving a folder elsewhere: never changed
                 if entry is None:
-                    entry = config.model_config_list.config.add(name=model_name, model_platform="tensorflow",
-                                                                base_path=f"{base_path}/{model_name}")
+                    entry = config.model_config_list.config.add(
+                        name=model_name, model_platform="tensorflow", base_path=f"{base_path}/{model_name}"
+                    )
                     entry.model_version_policy.specific.versions.append(versions[0])
                     entries[model_name] = entry
                 elif entry.model_version_policy.WhichOneof("policy_choice") == "specific":
@@ -355,4 +371,3 @@ class ExportRoot:
                     entry.model_version_policy.specific.versions[:] = [serve[model_name]]
             config_file.write(path, config, text)
         return path
-

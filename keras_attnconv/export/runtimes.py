@@ -44,8 +44,11 @@ def _load_litert(path):
 
 
 #: Each format's runtime: the module that must be installed to run it, and the loader of a version directory.
-RUNTIMES = {"saved_model": ("tensorflow", _load_saved_model), "onnx": ("onnxruntime", _load_onnx),
-            "litert": ("ai_edge_litert", _load_litert)}
+RUNTIMES = {
+    "saved_model": ("tensorflow", _load_saved_model),
+    "onnx": ("onnxruntime", _load_onnx),
+    "litert": ("ai_edge_litert", _load_litert),
+}
 
 
 def load_in_runtime(format, version_dir):
@@ -71,8 +74,11 @@ def check_in_runtime(model, staging, format, name):
     try:
         __import__(module)
     except ImportError:  # the format was written without its runtime: nothing to check it with here, said so
-        print(f"The {format} export of {name} was not run before it was published: {module} is not installed "
-              f"(pip install 'keras-attnconv[export]').", file=sys.stderr)
+        print(
+            f"The {format} export of {name} was not run before it was published: {module} is not installed "
+            f"(pip install 'keras-attnconv[export]').",
+            file=sys.stderr,
+        )
         return
     size, classes = model.config.image_size, model.config.num_classes
     images = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
@@ -82,5 +88,7 @@ def check_in_runtime(model, staging, format, name):
             raise ValueError(f"it returned shape {shape} for (2, {classes})")
     except Exception as error:  # the runtime's own errors: the reason, on one line
         reason = " ".join(str(error).split()) or type(error).__name__
-        raise RuntimeError(f"The {format} export of {name} cannot be run by {module} ({reason}); nothing was "
-                           f"published. Export another format. Received: format={format!r}") from None
+        raise RuntimeError(
+            f"The {format} export of {name} cannot be run by {module} ({reason}); nothing was "
+            f"published. Export another format. Received: format={format!r}"
+        ) from None

@@ -17,9 +17,15 @@ from keras_attnconv.layers.siren_score import SirenScore
 
 # The weights that place and shape attention heads (centers, widths, covariances, spans), by name: the
 # official code gives them no weight decay (`CoupledWeightDecaySGD(no_decay_names=...)`).
-CENTER_AND_SPREAD_WEIGHTS = tuple(sorted({name for layer in (QuadraticScore, GaussianScore, DiagonalGaussianScore,
-                                                              AttentionSpan)
-                                          for name in layer.center_and_spread_weights}))
+CENTER_AND_SPREAD_WEIGHTS = tuple(
+    sorted(
+        {
+            name
+            for layer in (QuadraticScore, GaussianScore, DiagonalGaussianScore, AttentionSpan)
+            for name in layer.center_and_spread_weights
+        }
+    )
+)
 
 __all__ = [
     "AttentionSpan",
@@ -42,4 +48,3 @@ __all__ = [
     "get_position_score",
     "register_position_score",
 ]
-

@@ -41,13 +41,13 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         height, width = grid_size(input_shape)
         if input_shape[-1] is None:
             raise ValueError(f"The channel dimension must be known. Received: input_shape={tuple(input_shape)}")
-        self.table = self.add_weight(name="table", shape=(height, width, input_shape[-1]),
-                                     initializer=self.initializer)
+        self.table = self.add_weight(name="table", shape=(height, width, input_shape[-1]), initializer=self.initializer)
 
     def call(self, inputs):
         if tuple(inputs.shape[1:]) != tuple(self.table.shape):
-            raise ValueError(f"The table was built for {tuple(self.table.shape)} grids. "
-                             f"Received: input_shape={tuple(inputs.shape)}")
+            raise ValueError(
+                f"The table was built for {tuple(self.table.shape)} grids. Received: input_shape={tuple(inputs.shape)}"
+            )
         return ops.broadcast_to(ops.cast(self.table, self.compute_dtype)[None], ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):

@@ -131,8 +131,7 @@ def global_score_parts(tokens, weights, height, width, position_score=None, posi
         if not (weights.needs_queries or position_bias is not None):
             # The key bias alone scores keys, not (query, key) pairs: give every query its row.
             tokens_count = height * width
-            key_bias = ops.broadcast_to(key_bias, (ops.shape(tokens)[0], key_bias.shape[1], tokens_count,
-                                                   tokens_count))
+            key_bias = ops.broadcast_to(key_bias, (ops.shape(tokens)[0], key_bias.shape[1], tokens_count, tokens_count))
         terms.append(key_bias)
     if weights.use_content_position:
         queries_in_encoding = position_queries(queries, weights.position_key_kernel, position_score.encoding_dim)
@@ -158,9 +157,11 @@ def attention_scores(queries, keys, score_terms=(), attention_mask=None):
             attends to a key; the scores of the others are -inf.
     """
     if (queries is None) != (keys is None):
-        raise ValueError("`queries` and `keys` go together: give both or neither. "
-                         f"Received: queries={'None' if queries is None else 'a tensor'}, "
-                         f"keys={'None' if keys is None else 'a tensor'}")
+        raise ValueError(
+            "`queries` and `keys` go together: give both or neither. "
+            f"Received: queries={'None' if queries is None else 'a tensor'}, "
+            f"keys={'None' if keys is None else 'a tensor'}"
+        )
     scores = None if queries is None else ops.cast(ops.einsum("bqhd,bkhd->bhqk", queries, keys), "float32")
     for term in score_terms:
         scores = term if scores is None else scores + term
@@ -286,8 +287,10 @@ def contract_heads(probabilities, values, output_kernel):
     # transposes were 2.44 ms of those 9.70.
     rows = ops.reshape(ops.transpose(probabilities, (1, 2, 0)), (queries, keys * heads))
     batch = ops.shape(values)[0]
-    return ops.matmul(ops.broadcast_to(rows, (batch, queries, keys * heads)),
-                      ops.reshape(projected, (batch, keys * heads, output_dim)))
+    return ops.matmul(
+        ops.broadcast_to(rows, (batch, queries, keys * heads)),
+        ops.reshape(projected, (batch, keys * heads, output_dim)),
+    )
 
 
 def separable_attention(row_scores, column_scores, inputs, output_kernel, dropout=None):
@@ -347,8 +350,9 @@ def row_column_pass(rows, columns, x):
     batch = ops.shape(x)[0]
     height, width, channels = x.shape[1:]
     x = ops.matmul(ops.broadcast_to(rows, (batch, height, height)), ops.reshape(x, (batch, height, width * channels)))
-    x = ops.matmul(ops.broadcast_to(columns, (batch * height, width, width)),
-                   ops.reshape(x, (batch * height, width, channels)))
+    x = ops.matmul(
+        ops.broadcast_to(columns, (batch * height, width, width)), ops.reshape(x, (batch * height, width, channels))
+    )
     return ops.reshape(x, (batch, height, width, channels))
 
 
@@ -368,8 +372,9 @@ def separable_window_entries(rows, columns, key_indices):
     heads, height, width = rows.shape[0], rows.shape[1], columns.shape[1]
     query_rows, query_columns = np.divmod(np.arange(height * width)[:, None], width)
     key_rows, key_columns = np.divmod(key_indices, width)
-    return (ops.take(ops.reshape(rows, (heads, -1)), query_rows * height + key_rows, axis=1)
-            * ops.take(ops.reshape(columns, (heads, -1)), query_columns * width + key_columns, axis=1))
+    return ops.take(ops.reshape(rows, (heads, -1)), query_rows * height + key_rows, axis=1) * ops.take(
+        ops.reshape(columns, (heads, -1)), query_columns * width + key_columns, axis=1
+    )
 
 
 def window_entries(probabilities, key_indices):

@@ -80,8 +80,9 @@ class AttentionSpan(keras.layers.Layer):
 
     center_and_spread_weights = ("span_center", "span_raw_sigma")
 
-    def __init__(self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, max_window=None,
-                 **kwargs):
+    def __init__(
+        self, num_heads, span_dims=2, initial_sigma=4.0, threshold=0.1, min_sigma=0.05, max_window=None, **kwargs
+    ):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         check_positive_int("num_heads", num_heads)
@@ -118,14 +119,19 @@ class AttentionSpan(keras.layers.Layer):
 
     def build(self, input_shape=None):
         shape = (self.num_heads, self.span_dims)
-        self.span_center = self.add_weight(name="span_center", shape=shape, initializer="zeros",
-                                           dtype="float32", autocast=False)
+        self.span_center = self.add_weight(
+            name="span_center", shape=shape, initializer="zeros", dtype="float32", autocast=False
+        )
         # sigma = min_sigma + softplus(raw): positive, with gradients that stay finite both ways.
         excess = self.initial_sigma - self.min_sigma
         raw = excess + float(np.log(-np.expm1(-excess)))  # softplus^-1, without overflow for wide spans
-        self.span_raw_sigma = self.add_weight(name="span_raw_sigma", shape=shape,
-                                              initializer=keras.initializers.Constant(raw),
-                                              dtype="float32", autocast=False)
+        self.span_raw_sigma = self.add_weight(
+            name="span_raw_sigma",
+            shape=shape,
+            initializer=keras.initializers.Constant(raw),
+            dtype="float32",
+            autocast=False,
+        )
 
     @property
     def sigma(self):
@@ -138,8 +144,7 @@ class AttentionSpan(keras.layers.Layer):
             raise ValueError(f"A 1-D span has no per-axis terms. Received: span_dims={self.span_dims}")
         rows, columns = centered_shifts(self.span_center, height, width)
         sigma = self.sigma
-        return (-0.5 * ops.square(rows / sigma[:, 0, None, None]),
-                -0.5 * ops.square(columns / sigma[:, 1, None, None]))
+        return (-0.5 * ops.square(rows / sigma[:, 0, None, None]), -0.5 * ops.square(columns / sigma[:, 1, None, None]))
 
     def log_modulation(self, height, width):
         """``log g_h`` for every head and (query, key) pixel pair: (heads, H*W, H*W), float32."""
@@ -170,8 +175,7 @@ class AttentionSpan(keras.layers.Layer):
         nothing of size (T, T) is formed; keys outside the window are masked.
         """
         centers, sigma = ops.convert_to_tensor(self.span_center), self.sigma
-        axes = ((neighbourhood.row_shift, neighbourhood.col_shift) if self.span_dims == 2
-                else (neighbourhood.offset,))
+        axes = (neighbourhood.row_shift, neighbourhood.col_shift) if self.span_dims == 2 else (neighbourhood.offset,)
         log_g = 0.0
         for axis, shift in enumerate(axes):
             z = (shift.astype("float32")[None] - centers[:, axis, None, None, None]) / sigma[:, axis, None, None, None]
@@ -184,8 +188,7 @@ class AttentionSpan(keras.layers.Layer):
             log_g = ops.where(window_mask[None], log_g, -np.inf)
         if self.threshold is None:
             return log_g
-        keep = ops.logical_or(log_g >= math.log(self.threshold),
-                              log_g >= ops.max(log_g, axis=-1, keepdims=True))
+        keep = ops.logical_or(log_g >= math.log(self.threshold), log_g >= ops.max(log_g, axis=-1, keepdims=True))
         return ops.where(keep, log_g, -np.inf)
 
     def modulate(self, scores, height, width, window_mask=None):
@@ -207,11 +210,16 @@ class AttentionSpan(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"num_heads": self.num_heads, "span_dims": self.span_dims,
-                       "initial_sigma": self.initial_sigma, "threshold": self.threshold,
-                       "min_sigma": self.min_sigma,
-                       "max_window": (self.max_window[0] if self.max_window and self.span_dims == 1
-                                      else self.max_window)})
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "span_dims": self.span_dims,
+                "initial_sigma": self.initial_sigma,
+                "threshold": self.threshold,
+                "min_sigma": self.min_sigma,
+                "max_window": (self.max_window[0] if self.max_window and self.span_dims == 1 else self.max_window),
+            }
+        )
         return config
 
 
@@ -229,9 +237,10 @@ def get_attention_span(span, num_heads):
         else:
             span = AttentionSpan(num_heads, **span)
     if not isinstance(span, AttentionSpan):
-        raise ValueError("`attention_span` must be None, an AttentionSpan, or a dict of its arguments. "
-                         f"Received: attention_span={span!r}")
+        raise ValueError(
+            "`attention_span` must be None, an AttentionSpan, or a dict of its arguments. "
+            f"Received: attention_span={span!r}"
+        )
     if span.num_heads != num_heads:
-        raise ValueError(f"The attention span has {span.num_heads} heads but the attention has "
-                         f"num_heads={num_heads}.")
+        raise ValueError(f"The attention span has {span.num_heads} heads but the attention has num_heads={num_heads}.")
     return span

@@ -23,8 +23,9 @@ def _same_padding(size, kernel, stride, dilation):
 def _int_tuple(name, value, length):
     """`value` as a tuple of `length` positive Python ints, else ValueError naming `name`."""
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
-    if len(values) != length or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1
-                                        for v in values):
+    if len(values) != length or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in values
+    ):
         raise ValueError(f"`{name}` must hold {length} positive integers. Received: {name}={value!r}")
     return tuple(int(v) for v in values)
 
@@ -54,8 +55,10 @@ class ConvolutionAsAttention(keras.layers.Layer):
         if isinstance(attention, dict):
             attention = keras.saving.deserialize_keras_object(attention)
         if not isinstance(attention, RelativeMultiHeadAttention):
-            raise ValueError("`attention` must be a RelativeMultiHeadAttention layer or its config. "
-                             f"Received: attention={attention!r}")
+            raise ValueError(
+                "`attention` must be a RelativeMultiHeadAttention layer or its config. "
+                f"Received: attention={attention!r}"
+            )
         rank = len(kernel_size) if isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 1 else 2
         self.kernel_size = _int_tuple("kernel_size", kernel_size, rank)  # a 1-D or 2-D convolution's
         self.strides = _int_tuple("strides", strides, rank)

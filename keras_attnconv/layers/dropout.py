@@ -53,5 +53,6 @@ def threefry_dropout(inputs, rate, noise_shape, seed):
     seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), "int32")  # Keras' int64 stream as XLA's int32 seed
     if noise_shape is not None:
         noise_shape = [tf.shape(inputs)[axis] if size is None else size for axis, size in enumerate(noise_shape)]
-    return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=seed, noise_shape=noise_shape,
-                                                rng_alg="threefry")
+    return tf.nn.experimental.stateless_dropout(
+        inputs, rate=rate, seed=seed, noise_shape=noise_shape, rng_alg="threefry"
+    )

@@ -58,9 +58,21 @@ class TransformerEncoderBlock(keras.layers.Layer):
     (2, 8, 8, 16)
     """
 
-    def __init__(self, num_heads, intermediate_dim, position_score="quadratic", attention_options=None,
-                 dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12, activation="gelu",
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros", rematerialize=False, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        position_score="quadratic",
+        attention_options=None,
+        dropout=0.1,
+        attention_dropout=0.1,
+        layer_norm_epsilon=1e-12,
+        activation="gelu",
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        rematerialize=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_bool("rematerialize", rematerialize)
@@ -68,8 +80,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         check_rate("attention_dropout", attention_dropout)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         if attention_options is not None and not isinstance(attention_options, dict):
-            raise ValueError("`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
-                             f"Received: attention_options={attention_options!r}")
+            raise ValueError(
+                "`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
+                f"Received: attention_options={attention_options!r}"
+            )
         self.num_heads = num_heads
         self.intermediate_dim = int(intermediate_dim)
         self.attention_options = dict(attention_options or {})
@@ -81,8 +95,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.bias_initializer = get_initializer("bias_initializer", bias_initializer)
         self.rematerialize = rematerialize
         self.attention = RelativeMultiHeadAttention(
-            num_heads=num_heads, position_score=position_score, dropout=attention_dropout,
-            kernel_initializer=self.kernel_initializer, dtype=self.dtype_policy, name="attention",
+            num_heads=num_heads,
+            position_score=position_score,
+            dropout=attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="attention",
             **{"rematerialize": rematerialize, "bias_initializer": self.bias_initializer, **self.attention_options},
         )
 
@@ -93,14 +111,17 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: hidden})
 
         def dense(units, name, inputs, activation=None):
-            return keras.layers.Dense(units, activation=activation,
-                                      kernel_initializer=initializer_for(self.kernel_initializer, inputs),
-                                      bias_initializer=initializer_for(self.bias_initializer, inputs),
-                                      dtype=self.dtype_policy, name=name)
+            return keras.layers.Dense(
+                units,
+                activation=activation,
+                kernel_initializer=initializer_for(self.kernel_initializer, inputs),
+                bias_initializer=initializer_for(self.bias_initializer, inputs),
+                dtype=self.dtype_policy,
+                name=name,
+            )
 
         def norm(name):
-            return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy,
-                                                   name=name)
+            return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
         self.attention_dense = dense(hidden, "attention_dense", hidden)
         self.attention_norm = norm("attention_norm")

@@ -40,8 +40,10 @@ class FanInUniform(keras.initializers.RandomUniform):
     def __call__(self, shape, dtype=None):
         fan_in = self.fan_in or (math.prod(shape[:-1]) if len(shape) >= 2 else 0)
         if not fan_in:
-            raise ValueError("FanInUniform needs a `fan_in` for a weight whose shape does not show one (a bias, "
-                             f"a scalar, an empty dimension). Received: shape={tuple(shape)}, fan_in={self.fan_in}")
+            raise ValueError(
+                "FanInUniform needs a `fan_in` for a weight whose shape does not show one (a bias, "
+                f"a scalar, an empty dimension). Received: shape={tuple(shape)}, fan_in={self.fan_in}"
+            )
         bound = 1.0 / math.sqrt(fan_in)
         return keras.random.uniform(shape, -bound, bound, dtype=dtype, seed=self.seed)
 

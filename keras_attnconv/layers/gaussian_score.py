@@ -18,8 +18,9 @@ class _GaussianScoreBase(PositionScore):
 
     encoding_dim = 5
 
-    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, sigma_init_stddev=0.01, head_vectors=True,
-                 **kwargs):
+    def __init__(
+        self, num_heads, center_stddev=PAPER_CENTER_STDDEV, sigma_init_stddev=0.01, head_vectors=True, **kwargs
+    ):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_real("center_stddev", center_stddev, low=0.0)
         check_real("sigma_init_stddev", sigma_init_stddev, low=0.0)
@@ -30,7 +31,8 @@ class _GaussianScoreBase(PositionScore):
         super().build(input_shape)
         if self.head_vectors:
             self.centers = self._add_float32_weight(
-                "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev))
+                "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev)
+            )
             self._add_inverse_sqrt(keras.initializers.RandomNormal(stddev=self.sigma_init_stddev))
 
     def _add_inverse_sqrt(self, noise):
@@ -105,8 +107,10 @@ class GaussianScore(_GaussianScoreBase):
     def _add_inverse_sqrt(self, noise):
         identity = np.tile(np.eye(2, dtype="float32"), (self.num_heads, 1, 1))
         self.inverse_sqrt_covariance = self._add_float32_weight(
-            "inverse_sqrt_covariance", (self.num_heads, 2, 2),
-            lambda shape, dtype=None: ops.convert_to_tensor(identity) + noise(shape, dtype))
+            "inverse_sqrt_covariance",
+            (self.num_heads, 2, 2),
+            lambda shape, dtype=None: ops.convert_to_tensor(identity) + noise(shape, dtype),
+        )
 
     def inverse_covariance(self):
         self._require_head_vectors()
@@ -163,7 +167,8 @@ class DiagonalGaussianScore(_GaussianScoreBase):
 
     def _add_inverse_sqrt(self, noise):
         self.inverse_sqrt_variances = self._add_float32_weight(
-            "inverse_sqrt_variances", (self.num_heads, 2), lambda shape, dtype=None: 1.0 + noise(shape, dtype))
+            "inverse_sqrt_variances", (self.num_heads, 2), lambda shape, dtype=None: 1.0 + noise(shape, dtype)
+        )
 
     def _inverse_variances(self):
         """Diagonal of ``Sigma_h^{-1}``: (heads, 2)."""
@@ -176,5 +181,7 @@ class DiagonalGaussianScore(_GaussianScoreBase):
     def axis_scores(self, height, width):
         inverse_variances = self._inverse_variances()
         row, col = centered_shifts(self.centers, height, width)
-        return (-0.5 * inverse_variances[:, 0, None, None] * ops.square(row),
-                -0.5 * inverse_variances[:, 1, None, None] * ops.square(col))
+        return (
+            -0.5 * inverse_variances[:, 0, None, None] * ops.square(row),
+            -0.5 * inverse_variances[:, 1, None, None] * ops.square(col),
+        )

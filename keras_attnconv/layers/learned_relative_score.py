@@ -42,20 +42,34 @@ class LearnedRelativeScore(PositionScore):
 
     separable = True
 
-    def __init__(self, num_heads, embedding_dim, max_position=None,
-                 embeddings_initializer=None, head_vectors=True, head_vectors_initializer=None, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        embedding_dim,
+        max_position=None,
+        embeddings_initializer=None,
+        head_vectors=True,
+        head_vectors_initializer=None,
+        **kwargs,
+    ):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_positive_int("embedding_dim", embedding_dim)
         if embedding_dim < 2 or embedding_dim % 2:
-            raise ValueError("`embedding_dim` must be an even number >= 2: half of it embeds the row shift, half the "
-                             f"column shift. Received: embedding_dim={embedding_dim}")
+            raise ValueError(
+                "`embedding_dim` must be an even number >= 2: half of it embeds the row shift, half the "
+                f"column shift. Received: embedding_dim={embedding_dim}"
+            )
         check_positive_int("max_position", max_position, allow_none=True)
         self.embedding_dim = int(embedding_dim)
         self.max_position = None if max_position is None else int(max_position)
         self.embeddings_initializer = get_initializer(
-            "embeddings_initializer", embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02))
-        self.head_vectors_initializer = None if head_vectors_initializer is None else get_initializer(
-            "head_vectors_initializer", head_vectors_initializer)
+            "embeddings_initializer", embeddings_initializer or keras.initializers.RandomNormal(stddev=0.02)
+        )
+        self.head_vectors_initializer = (
+            None
+            if head_vectors_initializer is None
+            else get_initializer("head_vectors_initializer", head_vectors_initializer)
+        )
         self.axis_dim = self.embedding_dim // 2
         self.encoding_dim = 2 * self.axis_dim
 
@@ -90,26 +104,27 @@ class LearnedRelativeScore(PositionScore):
         """Embeddings of every (query, key) shift per axis: (H, H, d) and (W, W, d)."""
         if height > self.row_size or width > self.col_size:
             raise ValueError(
-                f"The grid {height}x{width} exceeds the relative tables built for "
-                f"{self.row_size}x{self.col_size}."
+                f"The grid {height}x{width} exceeds the relative tables built for {self.row_size}x{self.col_size}."
             )
         row_index = (axis_shifts(height) + self.row_size - 1).astype("int32")
         col_index = (axis_shifts(width) + self.col_size - 1).astype("int32")
-        return (ops.take(self.row_embeddings, row_index, axis=0),
-                ops.take(self.col_embeddings, col_index, axis=0))
+        return (ops.take(self.row_embeddings, row_index, axis=0), ops.take(self.col_embeddings, col_index, axis=0))
 
     def axis_scores(self, height, width):
         self._require_head_vectors()
         rows, cols = self._axis_tables(height, width)
-        return (ops.einsum("ikd,hd->hik", rows, self.row_head_vectors),
-                ops.einsum("jld,hd->hjl", cols, self.col_head_vectors))
+        return (
+            ops.einsum("ikd,hd->hik", rows, self.row_head_vectors),
+            ops.einsum("jld,hd->hjl", cols, self.col_head_vectors),
+        )
 
     def relative_encoding(self, height, width):
         rows, cols = self._axis_tables(height, width)
         zeros_r = ops.zeros_like(rows)
         zeros_c = ops.zeros_like(cols)
-        return combine_axis_features(ops.concatenate([rows, zeros_r], axis=-1),
-                                     ops.concatenate([zeros_c, cols], axis=-1))
+        return combine_axis_features(
+            ops.concatenate([rows, zeros_r], axis=-1), ops.concatenate([zeros_c, cols], axis=-1)
+        )
 
     def content_position_scores(self, queries, height, width):
         # Factorised form: q.r_delta = q_row.row_emb[d1] + q_col.col_emb[d2], never
@@ -119,7 +134,7 @@ class LearnedRelativeScore(PositionScore):
         heads = queries.shape[2]
         grid = ops.reshape(queries, (batch, height, width, heads, self.encoding_dim))
         row_scores = ops.einsum("bijhd,ikd->bhijk", grid[..., : self.axis_dim], rows)
-        col_scores = ops.einsum("bijhd,jld->bhijl", grid[..., self.axis_dim:], cols)
+        col_scores = ops.einsum("bijhd,jld->bhijl", grid[..., self.axis_dim :], cols)
         total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(col_scores, "float32")[..., None, :]
         return ops.reshape(total, (batch, heads, height * width, height * width))
 
@@ -133,8 +148,9 @@ class LearnedRelativeScore(PositionScore):
         rows = self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width)
         cols = self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width)
         shape = (2 * height - 1, 2 * width - 1, self.axis_dim)
-        return ops.concatenate([ops.broadcast_to(rows[:, None, :], shape),
-                                ops.broadcast_to(cols[None, :, :], shape)], axis=-1)
+        return ops.concatenate(
+            [ops.broadcast_to(rows[:, None, :], shape), ops.broadcast_to(cols[None, :, :], shape)], axis=-1
+        )
 
     def _shift_table(self, embeddings, size, shifts, height, width):
         """The rows of one axis' table for the shifts `shifts` (int array): (len(shifts), axis_dim)."""
@@ -150,7 +166,8 @@ class LearnedRelativeScore(PositionScore):
     def windowed_content_position_scores(self, queries, neighbourhood):
         return self.windowed_axis_scores(
             lambda part, table: ops.einsum("bnihe,se->bnihs", queries[..., part], ops.cast(table, queries.dtype)),
-            neighbourhood)
+            neighbourhood,
+        )
 
     def windowed_axis_scores(self, per_shift_scores, neighbourhood):
         """The content-position term on the tile pairs, from its scores per row and per column shift.
@@ -167,24 +184,32 @@ class LearnedRelativeScore(PositionScore):
         Returns:
             float32 (batch, tiles, Bq, heads, Rk).
         """
-        axes = ((self.row_embeddings, self.row_size, neighbourhood.row_shift, slice(0, self.axis_dim)),
-                (self.col_embeddings, self.col_size, neighbourhood.col_shift, slice(self.axis_dim, self.encoding_dim)))
+        axes = (
+            (self.row_embeddings, self.row_size, neighbourhood.row_shift, slice(0, self.axis_dim)),
+            (self.col_embeddings, self.col_size, neighbourhood.col_shift, slice(self.axis_dim, self.encoding_dim)),
+        )
         total = 0.0
         for embeddings, size, shift, part in axes:
             low = int(shift.min())
-            table = self._shift_table(embeddings, size, np.arange(low, int(shift.max()) + 1),
-                                      neighbourhood.height, neighbourhood.width)
+            table = self._shift_table(
+                embeddings, size, np.arange(low, int(shift.max()) + 1), neighbourhood.height, neighbourhood.width
+            )
             per_shift = per_shift_scores(part, table)
             total = total + take_per_pair(ops.cast(per_shift, "float32"), shift - low)
         return total
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "embedding_dim": self.embedding_dim,
-            "max_position": self.max_position,
-            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
-            "head_vectors_initializer": (None if self.head_vectors_initializer is None
-                                         else keras.initializers.serialize(self.head_vectors_initializer)),
-        })
+        config.update(
+            {
+                "embedding_dim": self.embedding_dim,
+                "max_position": self.max_position,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+                "head_vectors_initializer": (
+                    None
+                    if self.head_vectors_initializer is None
+                    else keras.initializers.serialize(self.head_vectors_initializer)
+                ),
+            }
+        )
         return config

@@ -98,6 +98,7 @@ def _choose_block(group_length, window):
     duplicated regions would cost more than the masked keys they save). Blocks that do not divide
     the axis pay for the padded queries of their last tile (`math.ceil`).
     """
+
     def cost(block):
         region = min(block + window - 1, group_length)
         return math.ceil(group_length / block) * region * (block + _REGION_COST)
@@ -134,8 +135,12 @@ def tile_axis(length, window, dilation=1, block=None):
             position = queries[tile, slot]
             if slot == 0 or position != queries[tile, slot - 1]:  # the first copy of a repeated query
                 query_tile[position], query_slot[position] = tile, slot
-    key_slots = np.array([[np.flatnonzero((regions[query_tile[p]] == key) & region_real[query_tile[p]])[0]
-                           for key in keys[p]] for p in range(length)])
+    key_slots = np.array(
+        [
+            [np.flatnonzero((regions[query_tile[p]] == key) & region_real[query_tile[p]])[0] for key in keys[p]]
+            for p in range(length)
+        ]
+    )
     return AxisTiling(keys, queries, regions, mask, query_tile, query_slot, key_slots)
 
 
@@ -145,7 +150,8 @@ def check_window(window, dilation, length, name="window"):
         raise ValueError(
             f"A window of {window} with dilation {dilation} needs at least {window * dilation} positions "
             f"per axis (window * dilation <= map side, NATTEN's rule); the map has {length}. "
-            f"Received: {name}={window}, dilation={dilation}")
+            f"Received: {name}={window}, dilation={dilation}"
+        )
 
 
 class Neighbourhood:
@@ -179,9 +185,11 @@ class Neighbourhood:
         self.window = tuple(min(k, n) if d == 1 else k for k, n, d in zip(window, lengths, self.dilation))
         for k, n, d in zip(window, lengths, self.dilation):
             check_window(k, d, n)
-        check_tensor_bytes("The window's index tables (int32, one row of keys per query)",
-                           4 * height * width * self.window[0] * self.window[1],
-                           f"height={height}, width={width}, window={tuple(window)}")
+        check_tensor_bytes(
+            "The window's index tables (int32, one row of keys per query)",
+            4 * height * width * self.window[0] * self.window[1],
+            f"height={height}, width={width}, window={tuple(window)}",
+        )
         rows, cols = (tile_axis(n, k, d) for n, k, d in zip(lengths, self.window, self.dilation))
         self.tilings = rows, cols
         cols_n, cols_b, cols_r = cols.queries.shape[0], cols.queries.shape[1], cols.regions.shape[1]
@@ -189,24 +197,29 @@ class Neighbourhood:
 
         def combine(a, b):  # (tiles_a, ..., A) x (tiles_b, ..., B) -> (tiles_a * tiles_b, A * B)
             return (a[:, None, :, None] * length_b + b[None, :, None, :]).reshape(
-                a.shape[0] * b.shape[0], a.shape[1] * b.shape[1])
+                a.shape[0] * b.shape[0], a.shape[1] * b.shape[1]
+            )
 
         self.query_index = combine(rows.queries, cols.queries).astype("int32")
         self.region_index = combine(rows.regions, cols.regions).astype("int32")
         tiles = self.query_index.shape[0]
         self.mask = (rows.mask[:, None, :, None, :, None] & cols.mask[None, :, None, :, None, :]).reshape(
-            tiles, self.query_index.shape[1], self.region_index.shape[1])
+            tiles, self.query_index.shape[1], self.region_index.shape[1]
+        )
         self.keys_per_query = self.window[0] * self.window[1]
-        self.key_indices = (rows.keys[:, None, :, None] * length_b + cols.keys[None, :, None, :]).reshape(
-            height * width, self.keys_per_query).astype("int32")
+        self.key_indices = (
+            (rows.keys[:, None, :, None] * length_b + cols.keys[None, :, None, :])
+            .reshape(height * width, self.keys_per_query)
+            .astype("int32")
+        )
         # Where each query and each of its window keys sit in the tile layout.
         tile = rows.query_tile[:, None] * cols_n + cols.query_tile[None, :]
         slot = rows.query_slot[:, None] * cols_b + cols.query_slot[None, :]
         self.untile_index = (tile * self.query_index.shape[1] + slot).reshape(-1).astype("int32")
         region_slot = (rows.key_slots[:, None, :, None] * cols_r + cols.key_slots[None, :, None, :]).reshape(
-            height * width, self.keys_per_query)
-        self.window_slot_index = (self.untile_index[:, None] * self.region_index.shape[1]
-                                  + region_slot).astype("int32")
+            height * width, self.keys_per_query
+        )
+        self.window_slot_index = (self.untile_index[:, None] * self.region_index.shape[1] + region_slot).astype("int32")
         query_row, query_col = np.divmod(self.query_index[:, :, None], width)
         key_row, key_col = np.divmod(self.region_index[:, None, :], width)
         self.row_shift = (key_row - query_row).astype("int32")
@@ -216,7 +229,7 @@ class Neighbourhood:
     @property
     def shift_index(self):
         """(n, Bq, Rk) int32: index of every tile pair's shift in a flattened (2H-1, 2W-1) shift table."""
-        return ((self.row_shift + self.height - 1) * (2 * self.width - 1) + self.col_shift + self.width - 1)
+        return (self.row_shift + self.height - 1) * (2 * self.width - 1) + self.col_shift + self.width - 1
 
     @property
     def tile_pairs(self):
@@ -254,8 +267,9 @@ def window_pair(name, value, dims=2):
     `value` is an odd positive int, or (``dims == 2``) a pair of them.
     """
     items = tuple(value) if isinstance(value, (tuple, list)) else (value,) * dims
-    valid = len(items) == dims and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1
-                                       and k % 2 == 1 for k in items)
+    valid = len(items) == dims and all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k >= 1 and k % 2 == 1 for k in items
+    )
     if not valid:
         expected = "an odd positive integer" + (" or a pair of them" if dims == 2 else "")
         raise ValueError(f"`{name}` must be {expected}. Received: {name}={value!r}")
@@ -278,7 +292,8 @@ def window_arguments(window, dilation=1):
 def dilation_pair(value):
     """`value` (a positive int or a pair of them) as a pair of ints; ValueError naming `dilation`."""
     items = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    if not (len(items) == 2 and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1
-                                    for d in items)):
+    if not (
+        len(items) == 2 and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in items)
+    ):
         raise ValueError(f"`dilation` must be a positive integer or a pair of them. Received: dilation={value!r}")
     return tuple(int(d) for d in items)

@@ -35,7 +35,7 @@ ACCELERATOR_DENSE_MAX_TOKENS = 1024
 PLATFORMS = ("cpu", "gpu", "tpu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def default_platform():
     """``"cpu"``, ``"gpu"`` or ``"tpu"``: where the current Keras backend places computations by default."""
     backend = keras.backend.backend()
@@ -93,8 +93,18 @@ def prefers_windowed(neighbourhood, platform=None):
     return neighbourhood.tile_pairs <= WINDOWED_MAX_PAIR_FRACTION * tokens * tokens
 
 
-def attention_mode(height, width, uses_content, separable="auto", windowed="auto", position_score=None,
-                   attention_span=None, neighbourhood=None, platform=None, fast_paths=True):
+def attention_mode(
+    height,
+    width,
+    uses_content,
+    separable="auto",
+    windowed="auto",
+    position_score=None,
+    attention_span=None,
+    neighbourhood=None,
+    platform=None,
+    fast_paths=True,
+):
     """The path an attention with these arguments takes on a ``height x width`` grid (`attention_mode_for`).
 
     Args:
@@ -131,9 +141,13 @@ def attention_mode(height, width, uses_content, separable="auto", windowed="auto
     window_separable = neighbourhood is None or not neighbourhood.flat
     if not (position_score.separable and span_separable and window_separable):
         if separable is True:
-            reason = (f"{type(position_score).__name__} scores are" if not position_score.separable
-                      else "A 1-D window is" if not window_separable
-                      else "An attention span with a threshold, a max_window (or 1-D) is")
+            reason = (
+                f"{type(position_score).__name__} scores are"
+                if not position_score.separable
+                else "A 1-D window is"
+                if not window_separable
+                else "An attention span with a threshold, a max_window (or 1-D) is"
+            )
             raise ValueError(f"{reason} not separable by axis. Received: separable=True")
         return "windowed_position" if tiled else "position"
     if separable is True or (windowed is not True and prefers_separable(height, width, platform)):
@@ -151,18 +165,27 @@ def check_path_arguments(separable, windowed, uses_content, score, window, span,
     if windowed not in ("auto", True, False):
         raise ValueError(f"`windowed` must be 'auto', True or False. Received: windowed={windowed!r}")
     if separable is True and not uses_content and not score.separable:
-        raise ValueError(f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
-                         "Received: separable=True")
+        raise ValueError(
+            f"{getattr(score, '__name__', type(score).__name__)} scores are not separable by axis. "
+            "Received: separable=True"
+        )
     span_window = span.window if span is not None else None
     if span_window is not None and window is not None and span_window != (window, (1, 1), False):
-        raise ValueError(f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
-                         f"from the layer's window. Received: window={window}")
+        raise ValueError(
+            f"The attention span's max_window={span.max_window} (span_dims={span.span_dims}) differs "
+            f"from the layer's window. Received: window={window}"
+        )
     if windowed is True and window is None and span_window is None:
-        raise ValueError("`windowed=True` needs a `window` (or an attention span with `max_window`). "
-                         "Received: windowed=True, window=None")
+        raise ValueError(
+            "`windowed=True` needs a `window` (or an attention span with `max_window`). "
+            "Received: windowed=True, window=None"
+        )
     if windowed is True and separable is True:
-        raise ValueError("`windowed=True` and `separable=True` force two different paths. "
-                         "Received: windowed=True, separable=True")
+        raise ValueError(
+            "`windowed=True` and `separable=True` force two different paths. Received: windowed=True, separable=True"
+        )
     if overriding_class is not None and (separable is True or windowed is True):
-        raise ValueError(f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
-                         f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}")
+        raise ValueError(
+            f"{overriding_class} overrides `_compute_attention`, which the separable and windowed "
+            f"paths do not call. Received: separable={separable!r}, windowed={windowed!r}"
+        )

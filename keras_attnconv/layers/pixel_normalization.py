@@ -32,12 +32,17 @@ def check_normalization(mean, std, names=("mean", "std")):
     """
     mean = check_channel_statistics(names[0], mean)
     std = check_channel_statistics(names[1], std, positive=True)
-    computed = ((names[0], mean), (names[1], [1.0 / s for s in std]),
-                (f"{names[0]} / {names[1]}", [m / s for m, s in zip(mean, std)]))
+    computed = (
+        (names[0], mean),
+        (names[1], [1.0 / s for s in std]),
+        (f"{names[0]} / {names[1]}", [m / s for m, s in zip(mean, std)]),
+    )
     for name, values in computed:
         if not all(abs(v) <= _FLOAT32_MAX for v in values):
-            raise ValueError(f"`{name}` must be a number float32 can hold (up to {_FLOAT32_MAX:.3g}), as the model "
-                             f"normalises in float32. Received: {names[0]}={mean}, {names[1]}={std}")
+            raise ValueError(
+                f"`{name}` must be a number float32 can hold (up to {_FLOAT32_MAX:.3g}), as the model "
+                f"normalises in float32. Received: {names[0]}={mean}, {names[1]}={std}"
+            )
     return mean, std
 
 

@@ -159,7 +159,7 @@ class PositionScore(keras.layers.Layer):
         score's axis tables (whose entries depend on the shift only) at one pair per shift.
         """
         row_scores, column_scores = self.axis_scores(height, width)
-        return (_per_shift(row_scores, height)[:, :, None] + _per_shift(column_scores, width)[:, None, :])
+        return _per_shift(row_scores, height)[:, :, None] + _per_shift(column_scores, width)[:, None, :]
 
     def shift_encoding(self, height, width):
         """``r_delta`` of every shift on the grid: (2H-1, 2W-1, encoding_dim), float32 (see `shift_scores`)."""

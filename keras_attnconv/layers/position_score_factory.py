@@ -34,8 +34,10 @@ def register_position_score(name, score_class):
     if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
         raise ValueError(f"`name` must be a lower-case identifier. Received: name={name!r}")
     if name in POSITION_SCORES:
-        raise ValueError(f"A position score is registered as {name!r} already ({POSITION_SCORES[name].__name__}). "
-                         f"Received: name={name!r}")
+        raise ValueError(
+            f"A position score is registered as {name!r} already ({POSITION_SCORES[name].__name__}). "
+            f"Received: name={name!r}"
+        )
     if not (isinstance(score_class, type) and issubclass(score_class, PositionScore)):
         raise ValueError(f"`score_class` must be a PositionScore subclass. Received: score_class={score_class!r}")
     POSITION_SCORES[name] = score_class
@@ -43,11 +45,12 @@ def register_position_score(name, score_class):
 
 
 def position_score_class(name):
-    """The `PositionScore` subclass registered as `name` in `POSITION_SCORES`; another name is a ValueError naming it."""
+    """The `PositionScore` subclass registered as `name` in `POSITION_SCORES`; another name: a ValueError naming it."""
     names = sorted(POSITION_SCORES)
     if not isinstance(name, str):  # None or a number: no name to suggest one close to
-        raise ValueError(f"`position_score` must be one of {', '.join(map(repr, names))}. "
-                         f"Received: position_score={name!r}")
+        raise ValueError(
+            f"`position_score` must be one of {', '.join(map(repr, names))}. Received: position_score={name!r}"
+        )
     check_choice("position_score", name, names)
     return POSITION_SCORES[name]
 
@@ -75,18 +78,14 @@ def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
     if isinstance(identifier, str):
         return position_score_class(identifier).from_arguments(num_heads, key_dim=key_dim, **kwargs)
     raise ValueError(
-        "`position_score` must be a name, a PositionScore layer or its config. "
-        f"Received: position_score={identifier!r}"
+        f"`position_score` must be a name, a PositionScore layer or its config. Received: position_score={identifier!r}"
     )
 
 
 def check_score_fits_attention(layer, num_heads, use_position_bias):
     """ValueError unless a position score `layer` fits an attention of `num_heads` heads (and position bias or not)."""
     if layer.num_heads != num_heads:
-        raise ValueError(
-            f"The position score has {layer.num_heads} heads but the attention has "
-            f"num_heads={num_heads}."
-        )
+        raise ValueError(f"The position score has {layer.num_heads} heads but the attention has num_heads={num_heads}.")
     if layer.head_vectors != use_position_bias:
         raise ValueError(
             f"A position score with head_vectors={layer.head_vectors} does not fit "

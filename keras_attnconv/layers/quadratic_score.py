@@ -53,8 +53,16 @@ class QuadraticScore(PositionScore):
     center_and_spread_weights = ("centers", "alpha", "spreads")
     WIDTHS = ("alpha", "spread")
 
-    def __init__(self, num_heads, center_stddev=PAPER_CENTER_STDDEV, alpha_initializer=0.5,
-                 head_vectors=True, width="alpha", sigma_init_stddev=0.01, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        center_stddev=PAPER_CENTER_STDDEV,
+        alpha_initializer=0.5,
+        head_vectors=True,
+        width="alpha",
+        sigma_init_stddev=0.01,
+        **kwargs,
+    ):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_real("center_stddev", center_stddev, low=0.0)
         check_choice("width", width, self.WIDTHS)
@@ -69,19 +77,23 @@ class QuadraticScore(PositionScore):
             get_initializer("alpha_initializer", alpha_initializer)
         self.alpha_initializer = alpha_initializer
         if width == "spread" and alpha_initializer != 0.5:
-            raise ValueError("`alpha_initializer` applies to width='alpha'; with width='spread' the spreads start "
-                             "at 1 + N(0, sigma_init_stddev^2) (alpha about 0.5). Received: "
-                             f"alpha_initializer={alpha_initializer!r}, width='spread'")
+            raise ValueError(
+                "`alpha_initializer` applies to width='alpha'; with width='spread' the spreads start "
+                "at 1 + N(0, sigma_init_stddev^2) (alpha about 0.5). Received: "
+                f"alpha_initializer={alpha_initializer!r}, width='spread'"
+            )
 
     def build(self, input_shape):
         super().build(input_shape)
         if self.head_vectors:
             self.centers = self._add_float32_weight(
-                "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev))
+                "centers", (self.num_heads, 2), keras.initializers.RandomNormal(stddev=self.center_stddev)
+            )
             if self.width == "spread":
                 noise = keras.initializers.RandomNormal(stddev=self.sigma_init_stddev)
-                self.spreads = self._add_float32_weight("spreads", (self.num_heads,),
-                                                        lambda shape, dtype=None: 1.0 + noise(shape, dtype))
+                self.spreads = self._add_float32_weight(
+                    "spreads", (self.num_heads,), lambda shape, dtype=None: 1.0 + noise(shape, dtype)
+                )
             else:
                 alpha_init = self.alpha_initializer
                 if isinstance(alpha_init, float):

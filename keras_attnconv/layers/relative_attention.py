@@ -56,7 +56,11 @@ from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
 from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments
 from keras_attnconv.layers.position_score_factory import (
-    POSITION_SCORES, check_score_fits_attention, get_position_score, position_score_class)
+    POSITION_SCORES,
+    check_score_fits_attention,
+    get_position_score,
+    position_score_class,
+)
 from keras_attnconv.layers.validation import get_initializer, grid_size, real_inputs
 from keras_attnconv.layers.windowed_attention import (
     window_position_terms,
@@ -68,9 +72,25 @@ from keras_attnconv.utils.checks import check_bool, check_positive_int, check_po
 
 _TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 # The constructor's arguments, in the order of `get_config`.
-_ARGUMENTS = ("num_heads", "output_dim", "position_score", *_TERMS, "key_dim", "content_scale",
-              "position_key_projection", "dropout", "use_bias", "kernel_initializer", "bias_initializer", "separable",
-              "attention_span", "window", "dilation", "windowed", "rematerialize")
+_ARGUMENTS = (
+    "num_heads",
+    "output_dim",
+    "position_score",
+    *_TERMS,
+    "key_dim",
+    "content_scale",
+    "position_key_projection",
+    "dropout",
+    "use_bias",
+    "kernel_initializer",
+    "bias_initializer",
+    "separable",
+    "attention_span",
+    "window",
+    "dilation",
+    "windowed",
+    "rematerialize",
+)
 # The weights of the data-dependent score terms, in the order of `ScoreWeights` (absent: None).
 _SCORE_WEIGHTS = ("query_kernel", "query_bias", "key_kernel", "key_bias", "u", "position_key_kernel")
 
@@ -152,15 +172,44 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     (2, 8, 8, 16)
     """
 
-    def __init__(self, num_heads, output_dim=None, position_score="quadratic", use_content_content=False,
-                 use_content_position=False, use_key_bias=False, use_position_bias=True, key_dim=None,
-                 content_scale=None, position_key_projection=False, dropout=0.0, use_bias=True,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros", separable="auto", attention_span=None,
-                 window=None, dilation=1, windowed="auto", rematerialize=False, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        output_dim=None,
+        position_score="quadratic",
+        use_content_content=False,
+        use_content_position=False,
+        use_key_bias=False,
+        use_position_bias=True,
+        key_dim=None,
+        content_scale=None,
+        position_key_projection=False,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        separable="auto",
+        attention_span=None,
+        window=None,
+        dilation=1,
+        windowed="auto",
+        rematerialize=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         terms = dict(zip(_TERMS, (use_content_content, use_content_position, use_key_bias, use_position_bias)))
-        _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, terms, position_score, separable,
-                         position_key_projection=position_key_projection, use_bias=use_bias)
+        _check_arguments(
+            num_heads,
+            output_dim,
+            key_dim,
+            dropout,
+            content_scale,
+            terms,
+            position_score,
+            separable,
+            position_key_projection=position_key_projection,
+            use_bias=use_bias,
+        )
         needs_positions = use_content_position or use_position_bias
         self.num_heads = int(num_heads)
         # The arguments, as given (None: the input channels); the `output_dim` and `key_dim` properties resolve them.
@@ -185,9 +234,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.separable = separable
         self.attention_span = get_attention_span(attention_span, self.num_heads)
         self.window, self.dilation = window_arguments(window, dilation)
-        check_path_arguments(separable, windowed, self.uses_content,
-                              self.position_score or POSITION_SCORES.get(self._position_score_name), self.window,
-                              self.attention_span, None if self._takes_the_fast_paths() else type(self).__name__)
+        check_path_arguments(
+            separable,
+            windowed,
+            self.uses_content,
+            self.position_score or POSITION_SCORES.get(self._position_score_name),
+            self.window,
+            self.attention_span,
+            None if self._takes_the_fast_paths() else type(self).__name__,
+        )
         self.windowed = windowed
         check_bool("rematerialize", rematerialize)
         self.rematerialize = rematerialize
@@ -237,9 +292,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         ``platform``: ``"cpu"``, ``"gpu"`` or ``"tpu"``; None means the device the backend computes on.
         A subclass that overrides `_compute_attention` takes "content" or "position" only.
         """
-        return attention_mode(height, width, self.uses_content, self.separable, self.windowed, self.position_score,
-                              self.attention_span, self.neighbourhood(height, width), platform,
-                              fast_paths=self._takes_the_fast_paths())
+        return attention_mode(
+            height,
+            width,
+            self.uses_content,
+            self.separable,
+            self.windowed,
+            self.position_score,
+            self.attention_span,
+            self.neighbourhood(height, width),
+            platform,
+            fast_paths=self._takes_the_fast_paths(),
+        )
 
     def _takes_the_fast_paths(self):
         """Whether the separable and windowed paths may run: they compute the default `_compute_attention` only."""
@@ -255,8 +319,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: self.input_dim})
         self._scale = self.content_scale if self.content_scale is not None else self.key_dim**-0.5
         if self._position_score_name is not None and self.position_score is None:
-            self.position_score = get_position_score(self._position_score_name, self.num_heads, key_dim=self.key_dim,
-                                                     head_vectors=self.use_position_bias, dtype="float32")
+            self.position_score = get_position_score(
+                self._position_score_name,
+                self.num_heads,
+                key_dim=self.key_dim,
+                head_vectors=self.use_position_bias,
+                dtype="float32",
+            )
         for part in (self.position_score, self.attention_span):
             if part is not None and not part.built:
                 part.build(input_shape)
@@ -273,12 +342,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             encoding_dim = self.position_score.encoding_dim
             if self.position_key_projection:
                 self.position_key_kernel = self._kernel(
-                    "position_key_kernel", (self.num_heads, self.key_dim, encoding_dim), self.key_dim)
+                    "position_key_kernel", (self.num_heads, self.key_dim, encoding_dim), self.key_dim
+                )
             elif encoding_dim > self.key_dim:
                 raise ValueError(
                     f"The content-position term with the identity W_hat needs encoding_dim <= key_dim; "
                     f"got encoding_dim={encoding_dim}, key_dim={self.key_dim}. Use "
-                    "position_key_projection=True or a larger key_dim.")
+                    "position_key_projection=True or a larger key_dim."
+                )
         # The merged value/output kernel is one linear map of the heads' concatenated contexts.
         contexts = self.num_heads * self.input_dim
         self.output_kernel = self._kernel("output_kernel", (self.num_heads, self.input_dim, self.output_dim), contexts)
@@ -295,8 +366,13 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _score_weights(self):
         """The weights of the data-dependent score terms, as the path functions take them (a built layer)."""
-        return ScoreWeights(self.use_content_content, self.use_content_position, self.use_key_bias, self._scale,
-                            *(getattr(self, name, None) for name in _SCORE_WEIGHTS))
+        return ScoreWeights(
+            self.use_content_content,
+            self.use_content_position,
+            self.use_key_bias,
+            self._scale,
+            *(getattr(self, name, None) for name in _SCORE_WEIGHTS),
+        )
 
     def call(self, inputs, training=None, return_attention_scores=False):
         # Keras autocasts floating inputs only; integer images are cast here, as values.
@@ -324,8 +400,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         window_mask = None if neighbourhood is None else neighbourhood.window_mask()
         position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
         span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
-        queries, keys, score_terms = global_score_parts(tokens, self._score_weights(), height, width,
-                                                        self.position_score, position_bias, span_bias)
+        queries, keys, score_terms = global_score_parts(
+            tokens, self._score_weights(), height, width, self.position_score, position_bias, span_bias
+        )
         return self._compute_attention(queries, keys, tokens, score_terms, window_mask, training=training)
 
     def _compute_attention(self, queries, keys, values, score_terms, attention_mask=None, training=None):
@@ -366,14 +443,24 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_windowed(self, tokens, neighbourhood, training):
         def position_terms():  # called where the scores are computed (inside a rematerialized piece)
-            shift_scores = (self.position_score.shift_scores(neighbourhood.height, neighbourhood.width)
-                            if self.use_position_bias else None)
+            shift_scores = (
+                self.position_score.shift_scores(neighbourhood.height, neighbourhood.width)
+                if self.use_position_bias
+                else None
+            )
             span_bias = None if self.attention_span is None else self.attention_span.window_score_bias(neighbourhood)
             return window_position_terms(neighbourhood, shift_scores, span_bias)
 
-        return windowed_attention(tokens, neighbourhood, self.output_kernel, self._score_weights(), position_terms,
-                                  self.position_score, functools.partial(self.dropout_layer, training=training),
-                                  self.rematerialize)
+        return windowed_attention(
+            tokens,
+            neighbourhood,
+            self.output_kernel,
+            self._score_weights(),
+            position_terms,
+            self.position_score,
+            functools.partial(self.dropout_layer, training=training),
+            self.rematerialize,
+        )
 
     def _call_separable(self, inputs, neighbourhood, training):
         height, width = inputs.shape[1], inputs.shape[2]
@@ -386,13 +473,24 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             row_mask, column_mask = neighbourhood.axis_masks()
             row_scores = ops.where(row_mask, row_scores, -np.inf)
             column_scores = ops.where(column_mask, column_scores, -np.inf)
-        return separable_attention(row_scores, column_scores, inputs, self.output_kernel,
-                                   functools.partial(self.axis_dropout_layer, training=training))
+        return separable_attention(
+            row_scores,
+            column_scores,
+            inputs,
+            self.output_kernel,
+            functools.partial(self.axis_dropout_layer, training=training),
+        )
 
     def windowed_multiply_adds(self, height, width):
         """Multiply-adds per example of the windowed path on a grid, ``(linear, attention)`` (`windowed_attention`)."""
-        return windowed_multiply_adds(self.neighbourhood(height, width), self._score_weights(), self.num_heads,
-                                      self.input_dim, self.output_dim, self.position_score)
+        return windowed_multiply_adds(
+            self.neighbourhood(height, width),
+            self._score_weights(),
+            self.num_heads,
+            self.input_dim,
+            self.output_dim,
+            self.position_score,
+        )
 
     def compute_output_shape(self, input_shape):
         return (*tuple(input_shape)[:-1], self._output_dim or input_shape[-1])
@@ -414,11 +512,16 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         score = self._position_score_name
         if score is None and self.position_score is not None:
             score = keras.saving.serialize_keras_object(self.position_score)
-        resolved = {"output_dim": self._output_dim, "position_score": score, "key_dim": self._key_dim,
-                    "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                    "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                    "attention_span": (None if self.attention_span is None
-                                       else keras.saving.serialize_keras_object(self.attention_span))}
+        resolved = {
+            "output_dim": self._output_dim,
+            "position_score": score,
+            "key_dim": self._key_dim,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "attention_span": (
+                None if self.attention_span is None else keras.saving.serialize_keras_object(self.attention_span)
+            ),
+        }
         config.update({name: resolved[name] if name in resolved else getattr(self, name) for name in _ARGUMENTS})
         return config
 
@@ -427,8 +530,11 @@ def _returned_scores(mode, probabilities, neighbourhood, batch):
     """What ``return_attention_scores=True`` returns from the probabilities of a path (see the class docstring)."""
     if mode == "separable":
         rows, columns = probabilities
-        scores = (separable_probabilities(rows, columns) if neighbourhood is None
-                  else separable_window_entries(rows, columns, neighbourhood.key_indices))
+        scores = (
+            separable_probabilities(rows, columns)
+            if neighbourhood is None
+            else separable_window_entries(rows, columns, neighbourhood.key_indices)
+        )
     elif neighbourhood is None:
         scores = probabilities
     elif mode.startswith("windowed"):
@@ -439,8 +545,7 @@ def _returned_scores(mode, probabilities, neighbourhood, batch):
     return scores if neighbourhood is None else (scores, ops.convert_to_tensor(neighbourhood.key_indices))
 
 
-def _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, terms, position_score, separable,
-                     **flags):
+def _check_arguments(num_heads, output_dim, key_dim, dropout, content_scale, terms, position_score, separable, **flags):
     """ValueError naming the argument for the constructor arguments that need no other part of the layer."""
     check_positive_int("num_heads", num_heads)
     for name, value in (("output_dim", output_dim), ("key_dim", key_dim)):

@@ -31,8 +31,7 @@ def shift_grid(height, width):
 def centered_shifts(centers, height, width):
     """Row and column shifts minus each head's center: (heads, H, H) and (heads, W, W)."""
     centers = ops.convert_to_tensor(centers)
-    return (axis_shifts(height)[None] - centers[:, 0, None, None],
-            axis_shifts(width)[None] - centers[:, 1, None, None])
+    return (axis_shifts(height)[None] - centers[:, 0, None, None], axis_shifts(width)[None] - centers[:, 1, None, None])
 
 
 def combine_axis_scores(row_scores, column_scores):

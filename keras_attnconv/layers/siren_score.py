@@ -38,8 +38,7 @@ class SirenScore(PositionScore):
     (9, 64, 64)
     """
 
-    def __init__(self, num_heads, hidden_units=32, num_hidden_layers=2, omega_0=30.0, head_vectors=True,
-                 **kwargs):
+    def __init__(self, num_heads, hidden_units=32, num_hidden_layers=2, omega_0=30.0, head_vectors=True, **kwargs):
         super().__init__(num_heads, head_vectors=head_vectors, **kwargs)
         check_positive_int("hidden_units", hidden_units)
         check_positive_int("num_hidden_layers", num_hidden_layers)
@@ -100,6 +99,7 @@ class SirenScore(PositionScore):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"hidden_units": self.hidden_units, "num_hidden_layers": self.num_hidden_layers,
-                       "omega_0": self.omega_0})
+        config.update(
+            {"hidden_units": self.hidden_units, "num_hidden_layers": self.num_hidden_layers, "omega_0": self.omega_0}
+        )
         return config

@@ -2,7 +2,6 @@
 
 import keras
 
-
 #: The most memory one tensor (a weight, a table, one image's activations or scores) may take: a size
 #: beyond it is taken for a mistake and refused before anything is allocated, instead of a long wait
 #: and an out-of-memory error that names nothing. An H100 holds about 80 GiB; the paper's largest
@@ -13,9 +12,11 @@ MAX_TENSOR_BYTES = 8 * 2**30
 def check_tensor_bytes(what, num_bytes, received):
     """Raises ValueError naming `received` (the arguments that size it) if `what` needs more than `MAX_TENSOR_BYTES`."""
     if num_bytes > MAX_TENSOR_BYTES:
-        raise ValueError(f"{what} would take about {num_bytes / 2**30:.3g} GiB, more than the "
-                         f"{MAX_TENSOR_BYTES / 2**30:g} GiB limit that catches a size given by mistake "
-                         f"(keras_attnconv.layers.validation.MAX_TENSOR_BYTES). Received: {received}")
+        raise ValueError(
+            f"{what} would take about {num_bytes / 2**30:.3g} GiB, more than the "
+            f"{MAX_TENSOR_BYTES / 2**30:g} GiB limit that catches a size given by mistake "
+            f"(keras_attnconv.layers.validation.MAX_TENSOR_BYTES). Received: {received}"
+        )
 
 
 def get_initializer(name, value):
@@ -54,8 +55,9 @@ def real_inputs(inputs, compute_dtype):
     """`inputs` cast to `compute_dtype`; a complex input is refused (a cast would drop its imaginary part)."""
     dtype = keras.backend.standardize_dtype(inputs.dtype)
     if dtype.startswith("complex"):
-        raise ValueError(f"The inputs must be real numbers (a cast would drop the imaginary part). "
-                         f"Received: inputs of dtype {dtype}")
+        raise ValueError(
+            f"The inputs must be real numbers (a cast would drop the imaginary part). Received: inputs of dtype {dtype}"
+        )
     return keras.ops.cast(inputs, compute_dtype)
 
 
@@ -63,10 +65,7 @@ def grid_size(input_shape):
     """Returns the static (height, width) of a (batch, H, W, C) shape, or raises."""
     input_shape = tuple(input_shape)
     if len(input_shape) != 4:
-        raise ValueError(
-            "Expected a 4-D input (batch, height, width, channels). "
-            f"Received: input_shape={input_shape}"
-        )
+        raise ValueError(f"Expected a 4-D input (batch, height, width, channels). Received: input_shape={input_shape}")
     height, width = input_shape[1], input_shape[2]
     if height is None or width is None:
         raise ValueError(

@@ -58,13 +58,22 @@ def window_probabilities(probabilities, neighbourhood):
         flat = ops.reshape(ops.transpose(probabilities, (2, 0, 1, 3)), (probabilities.shape[2], -1))
         return ops.take(flat, neighbourhood.window_slot_index, axis=1)
     batch_flat = ops.transpose(probabilities, (0, 3, 1, 2, 4))  # (batch, heads, tiles, Bq, Rk)
-    flat = ops.reshape(batch_flat, (-1, probabilities.shape[3], int(np.prod(probabilities.shape[1:3]))
-                                    * probabilities.shape[-1]))
+    flat = ops.reshape(
+        batch_flat, (-1, probabilities.shape[3], int(np.prod(probabilities.shape[1:3])) * probabilities.shape[-1])
+    )
     return ops.take(flat, neighbourhood.window_slot_index, axis=2)
 
 
-def windowed_attention(tokens, neighbourhood, output_kernel, weights=ScoreWeights(), position_terms=None,
-                       position_score=None, dropout=None, rematerialize=False):
+def windowed_attention(
+    tokens,
+    neighbourhood,
+    output_kernel,
+    weights=ScoreWeights(),
+    position_terms=None,
+    position_score=None,
+    dropout=None,
+    rematerialize=False,
+):
     """Eq. (8) restricted to every query's window, on tiles: the general path with -inf outside the windows.
 
     Args:
@@ -99,6 +108,7 @@ def windowed_attention(tokens, neighbourhood, output_kernel, weights=ScoreWeight
     per-head (batch, T, heads, C) tensors included. Without it, XLA computes the key regions
     the two pieces gather once.
     """
+
     def tile_probabilities(tokens):
         region = take_tokens(tokens, neighbourhood.region_index)
         terms = position_terms() if callable(position_terms) else position_terms
@@ -221,7 +231,11 @@ def window_content_terms(tokens, region, neighbourhood, weights, position_score=
             content_content = weights.use_content_content
             content = content + _input_region_key_terms(
                 query_tokens if content_content and fold else None,
-                queries if content_content and not fold else None, region, weights, scale)
+                queries if content_content and not fold else None,
+                region,
+                weights,
+                scale,
+            )
         else:
             keys = project(tokens, weights.key_kernel, weights.key_bias)
             key_region = ops.take(keys, neighbourhood.region_index, axis=1)  # (batch, tiles, Rk, heads, key_dim)
@@ -233,7 +247,8 @@ def window_content_terms(tokens, region, neighbourhood, weights, position_score=
     if weights.use_content_position:
         if fold:
             content = content + position_score.windowed_axis_scores(
-                lambda part, table: folded_per_shift_scores(query_tokens, part, table, weights), neighbourhood)
+                lambda part, table: folded_per_shift_scores(query_tokens, part, table, weights), neighbourhood
+            )
         else:
             queries_in_encoding = position_queries(queries, weights.position_key_kernel, position_score.encoding_dim)
             content = content + position_score.windowed_content_position_scores(queries_in_encoding, neighbourhood)
@@ -296,16 +311,18 @@ def key_bias_constants(folded_query_tokens, queries, weights, dtype):
     scale = ops.cast(weights.scale, dtype)
     total = 0.0
     if folded_query_tokens is not None:  # folded queries: q . b_k = s (X_q Wq + b_q) . b_k
-        per_query = ops.einsum("bnic,ch->bnih", folded_query_tokens,
-                               ops.einsum("chd,hd->ch", weights.query_kernel, key_bias))
+        per_query = ops.einsum(
+            "bnic,ch->bnih", folded_query_tokens, ops.einsum("chd,hd->ch", weights.query_kernel, key_bias)
+        )
         if weights.query_bias is not None:
             per_query = per_query + ops.einsum("hd,hd->h", weights.query_bias, key_bias)
         total = total + ops.cast(per_query * scale, "float32")[..., None]
     elif queries is not None:
         total = total + ops.cast(ops.einsum("bnihd,hd->bnih", queries, key_bias), "float32")[..., None]
     if weights.use_key_bias:
-        total = total + ops.cast(ops.einsum("hd,hd->h", ops.cast(weights.u, dtype), key_bias) * scale,
-                                 "float32")[:, None]
+        total = (
+            total + ops.cast(ops.einsum("hd,hd->h", ops.cast(weights.u, dtype), key_bias) * scale, "float32")[:, None]
+        )
     return total
 
 
@@ -364,5 +381,6 @@ def windowed_multiply_adds(neighbourhood, weights, num_heads, input_dim, output_
         if weights.position_key_kernel is not None:
             linear += query_slots * heads * key_dim * position_score.encoding_dim
         attention += heads * position_score.windowed_content_position_multiply_adds(
-            neighbourhood, channels if fold else None)
+            neighbourhood, channels if fold else None
+        )
     return linear, attention

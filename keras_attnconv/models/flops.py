@@ -85,10 +85,12 @@ def _dense_flops(input_shape, units):
 
 def _block_flops(block, input_shape, executed):
     hidden = input_shape[-1]
-    return (_attention_flops(block.attention, input_shape, executed)
-            + _dense_flops(input_shape, hidden)
-            + _dense_flops(input_shape, block.intermediate_dim)
-            + _dense_flops((*input_shape[:-1], block.intermediate_dim), hidden))
+    return (
+        _attention_flops(block.attention, input_shape, executed)
+        + _dense_flops(input_shape, hidden)
+        + _dense_flops(input_shape, block.intermediate_dim)
+        + _dense_flops((*input_shape[:-1], block.intermediate_dim), hidden)
+    )
 
 
 def layer_flops(layer, input_shape, executed=False):
@@ -111,7 +113,8 @@ def count_flops(model, executed=False):
     """FLOPs per image of a functional model: the algorithm's, or with `executed` what runs (module docstring)."""
     total = FlopCount()
     for layer in model.layers:
-        if isinstance(layer, (TransformerEncoderBlock, RelativeMultiHeadAttention,
-                              keras.layers.Dense, keras.layers.Conv2D)):
+        if isinstance(
+            layer, (TransformerEncoderBlock, RelativeMultiHeadAttention, keras.layers.Dense, keras.layers.Conv2D)
+        ):
             total = total + layer_flops(layer, tuple(layer.input.shape), executed)
     return total

@@ -18,10 +18,10 @@ import numbers
 import keras
 import numpy as np
 
-from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
-from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.layers import PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
+from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
+from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils.checks import check_known_fields, check_positive_int, plain_numbers
 
@@ -57,20 +57,29 @@ class ClassifierConfig:
         if self.class_names is not None:
             names = self.class_names
             names = names.tolist() if hasattr(names, "tolist") else names  # a NumPy array: its Python lists
-            if (isinstance(names, str) or not isinstance(names, (list, tuple)) or len(names) != num_classes
-                    or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
-                raise ValueError(f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
-                                 f"class (a list or a 1-D array). Received: class_names={names!r}")
+            if (
+                isinstance(names, str)
+                or not isinstance(names, (list, tuple))
+                or len(names) != num_classes
+                or not all(isinstance(n, str) and n for n in names)
+                or len(set(names)) != len(names)
+            ):
+                raise ValueError(
+                    f"`class_names` must be None or {num_classes} distinct non-empty strings, one per "
+                    f"class (a list or a 1-D array). Received: class_names={names!r}"
+                )
             self._set("class_names", tuple(names))
 
-    #: The `ImageClassifier` subclass that builds this config (set by the subclass, `ImageClassifier.__init_subclass__`).
+    #: The `ImageClassifier` subclass that builds this config (set by it: `ImageClassifier.__init_subclass__`).
     model_class = None
 
     def build(self, name=None, dtype=None):
         """The family's model of this config (no second validation), every layer in the dtype policy `dtype`."""
         if self.model_class is None:
-            raise TypeError(f"No ImageClassifier subclass builds {type(self).__name__}: a family's model class "
-                            f"declares it (config_class = {type(self).__name__}).")
+            raise TypeError(
+                f"No ImageClassifier subclass builds {type(self).__name__}: a family's model class "
+                f"declares it (config_class = {type(self).__name__})."
+            )
         return self.model_class(config=self, name=name, dtype=dtype)
 
     def _set(self, field, value):
@@ -176,17 +185,20 @@ class ImageClassifier(keras.Model):
         if config is None:
             config = self.config_class.from_fields(fields, type(self).__name__)
         elif not isinstance(config, self.config_class) or fields:
-            raise ValueError(f"{type(self).__name__} takes its config's fields, or `config`, a {self.config_class.__name__} "
-                             f"(already validated), alone. Received: config of class {type(config).__name__}"
-                             + (f" and the fields {', '.join(fields)}" if fields else ""))
+            raise ValueError(
+                f"{type(self).__name__} takes its config's fields, or `config`, a {self.config_class.__name__} "
+                f"(already validated), alone. Received: config of class {type(config).__name__}"
+                + (f" and the fields {', '.join(fields)}" if fields else "")
+            )
         policy = dtype_policy(dtype)
         images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
         x = PixelNormalization(config.pixel_mean, config.pixel_std, name="pixel_normalization")(images)
         x = self.features(x, config, policy)
         x = keras.layers.GlobalAveragePooling2D(dtype=policy, name="pool")(x)
         # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
-        logits = keras.layers.Dense(config.num_classes, dtype="float32", name="logits",
-                                    **self.head_initializers(config))(x)
+        logits = keras.layers.Dense(
+            config.num_classes, dtype="float32", name="logits", **self.head_initializers(config)
+        )(x)
         super().__init__(images, logits, name=name or self.default_name, trainable=trainable)
         self.config = config
         self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)
@@ -203,8 +215,10 @@ class ImageClassifier(keras.Model):
     def _init_clone(self, inputs, outputs, name=None):
         config = getattr(outputs, "_classifier_config", None)
         if config is None:
-            raise ValueError(f"{type(self).__name__} is built from its config fields, not from a graph's inputs and "
-                             f"outputs (only keras.models.clone_model passes those). Received: outputs={outputs!r}")
+            raise ValueError(
+                f"{type(self).__name__} is built from its config fields, not from a graph's inputs and "
+                f"outputs (only keras.models.clone_model passes those). Received: outputs={outputs!r}"
+            )
         fields = {k: v for k, v in config.items() if k not in ("name", "trainable", "dtype")}
         super().__init__(inputs, outputs, name=name or config["name"], trainable=config["trainable"])
         self.config = self.config_class.from_fields(fields, type(self).__name__)
@@ -225,26 +239,34 @@ class ImageClassifier(keras.Model):
         flat = keras.tree.flatten(inputs)
         if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
             size = self.config.image_size
-            raise ValueError(f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
-                             f"{size}, 3); stack a list of images first (np.stack). "
-                             f"Received: images={_describe(inputs)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
+                f"{size}, 3); stack a list of images first (np.stack). "
+                f"Received: images={_describe(inputs)}"
+            )
         (images,) = flat
         if images.shape[-1] is not None and images.shape[-1] != 3:  # a grayscale batch would be broadcast
-            raise ValueError(f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, "
-                             f"{self.config.image_size}, {self.config.image_size}, 3). Received: images of shape "
-                             f"{tuple(images.shape)}, {images.shape[-1]} channels")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, "
+                f"{self.config.image_size}, {self.config.image_size}, 3). Received: images of shape "
+                f"{tuple(images.shape)}, {images.shape[-1]} channels"
+            )
         dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
         if dtype != "uint8":
-            raise ValueError(f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "
-                             "them itself. Pass the pixels before any scaling (e.g. keras.ops.cast(images, 'uint8') "
-                             f"for float pixels in [0, 255]). Received: images of dtype {dtype}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "
+                "them itself. Pass the pixels before any scaling (e.g. keras.ops.cast(images, 'uint8') "
+                f"for float pixels in [0, 255]). Received: images of dtype {dtype}"
+            )
 
     def __call__(self, inputs, *args, **kwargs):
         self._check_images(inputs)  # here too, before Keras adds the whole input tensor to the message
         shape = getattr(keras.tree.flatten(inputs)[0], "shape", ())
         if len(shape) and shape[0] == 0:  # as `predict`: a ResNet's layers fail on it with a misleading message
-            raise ValueError(f"{type(self).__name__} {self.name!r} got no images to classify. "
-                             f"Received: images of shape {tuple(shape)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} got no images to classify. "
+                f"Received: images of shape {tuple(shape)}"
+            )
         return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
@@ -272,10 +294,12 @@ class ImageClassifier(keras.Model):
             metrics = ["accuracy"]  # Keras picks sparse or one-hot accuracy from the labels
         for item in keras.tree.flatten(loss):
             if _reads_probabilities(item):
-                raise ValueError(f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
-                                 "them as probabilities. Pass a loss with from_logits=True, e.g. keras.losses."
-                                 "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
-                                 f"that one. Received: loss={_loss_name(item)}")
+                raise ValueError(
+                    f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
+                    "them as probabilities. Pass a loss with from_logits=True, e.g. keras.losses."
+                    "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
+                    f"that one. Received: loss={_loss_name(item)}"
+                )
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _resolve_auto_jit_compile(self):
@@ -303,17 +327,24 @@ class ImageClassifier(keras.Model):
 
     def _check_labels(self, labels, argument):
         labels = np.asarray(labels) if isinstance(labels, (np.ndarray, list)) else None
-        sparse = labels is not None and labels.size and labels.dtype.kind in "iuf" and (
-            labels.ndim <= 1 or labels.shape[-1] == 1)  # one-hot labels have one column per class
+        sparse = (
+            labels is not None
+            and labels.size
+            and labels.dtype.kind in "iuf"
+            and (labels.ndim <= 1 or labels.shape[-1] == 1)
+        )  # one-hot labels have one column per class
         if sparse and not (labels.min() >= 0 and labels.max() < self.config.num_classes):
             bad = labels.min() if labels.min() < 0 else labels.max()
-            raise ValueError(f"{type(self).__name__} {self.name!r} has {self.config.num_classes} classes: labels "
-                             f"must lie in [0, {self.config.num_classes}). Received: {argument} with the label {bad}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} has {self.config.num_classes} classes: labels "
+                f"must lie in [0, {self.config.num_classes}). Received: {argument} with the label {bad}"
+            )
 
     def predict(self, x, *args, **kwargs):
         if hasattr(x, "shape") and len(x.shape) and x.shape[0] == 0:  # Keras fails on it with an UnboundLocalError
-            raise ValueError(f"{type(self).__name__} {self.name!r} got no images to predict. "
-                             f"Received: x of shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} got no images to predict. Received: x of shape {tuple(x.shape)}"
+            )
         return super().predict(x, *args, **kwargs)
 
     @property
@@ -325,9 +356,11 @@ class ImageClassifier(keras.Model):
     def preprocessing(self):
         """What a client of the model (or of any of its exports) needs to know about its input and output."""
         size = self.config.image_size
-        return {"input": {"name": "images", "dtype": "uint8", "shape": [None, size, size, 3]},
-                "normalization": {"mean": list(self.config.pixel_mean), "std": list(self.config.pixel_std)},
-                "class_names": list(self.class_names)}
+        return {
+            "input": {"name": "images", "dtype": "uint8", "shape": [None, size, size, 3]},
+            "normalization": {"mean": list(self.config.pixel_mean), "std": list(self.config.pixel_std)},
+            "class_names": list(self.class_names),
+        }
 
     def with_config(self, **changes):
         """A new model of this class whose config has `changes`, holding this model's weights.
@@ -339,14 +372,20 @@ class ImageClassifier(keras.Model):
         try:
             copy.set_weights(self.get_weights())
         except ValueError as error:
-            raise ValueError(f"`with_config` changes must keep every weight's shape ({error}). "
-                             f"Received: {', '.join(f'{k}={v!r}' for k, v in changes.items())}") from None
+            raise ValueError(
+                f"`with_config` changes must keep every weight's shape ({error}). "
+                f"Received: {', '.join(f'{k}={v!r}' for k, v in changes.items())}"
+            ) from None
         return copy
 
     def get_config(self):
         # Not chained to super(): a functional model's config is its layer graph, which __init__ builds.
-        return {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name,
-                **dataclasses.asdict(self.config)}
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": self.dtype_policy.name,
+            **dataclasses.asdict(self.config),
+        }
 
     @classmethod
     def from_config(cls, config):

@@ -44,15 +44,25 @@ def _machine():
         import tensorflow as tf
 
         versions["tensorflow"] = tf.__version__
-    return {"cpu": cpu["model"], "flags": sorted(cpu["flags"]), "cpus": usable_cpus(), "machine": platform.machine(),
-            **versions}
+    return {
+        "cpu": cpu["model"],
+        "flags": sorted(cpu["flags"]),
+        "cpus": usable_cpus(),
+        "machine": platform.machine(),
+        **versions,
+    }
 
 
 def record_key(model, precision):
     """The key of `model`'s record in `precision` on this machine (a hex digest)."""
     architecture = {k: v for k, v in model.get_config().items() if k not in UNTIMED_FIELDS}
-    identity = {"format": FORMAT, "machine": _machine(), "class": type(model).__name__, "config": architecture,
-                "precision": keras.DTypePolicy(precision).name}
+    identity = {
+        "format": FORMAT,
+        "machine": _machine(),
+        "class": type(model).__name__,
+        "config": architecture,
+        "precision": keras.DTypePolicy(precision).name,
+    }
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -65,7 +75,7 @@ def _records():
 
 
 def measured_jit_compile(model, precision):
-    """True (XLA) or False (the graph) as measured faster on this machine for `model` in `precision`; None: unmeasured."""
+    """True (XLA) or False (the graph), as measured faster here for `model` in `precision`; None: unmeasured."""
     record = _records().get(record_key(model, precision))
     return record["jit_compile"] if isinstance(record, dict) and isinstance(record.get("jit_compile"), bool) else None
 
@@ -78,8 +88,11 @@ def record_measured_jit_compile(model, precision, step_seconds):
     with file_lock(path.with_name(path.name + ".lock")):
         records = _records()
         records[record_key(model, precision)] = {
-            "jit_compile": faster, "model": model.name, "precision": keras.DTypePolicy(precision).name,
+            "jit_compile": faster,
+            "model": model.name,
+            "precision": keras.DTypePolicy(precision).name,
             "step_ms": {("xla" if jit else "graph"): 1e3 * seconds for jit, seconds in step_seconds.items()},
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         write_json(path, {"format": FORMAT, "records": records})
     return faster

@@ -31,24 +31,30 @@ PRECISIONS = tuple(name for name in POLICY_NAMES if variable_dtype(name) == "flo
 def check_policy_name(name, argument="dtype"):
     """Raises ValueError naming `argument` unless `name` is one of `POLICY_NAMES`."""
     if name not in POLICY_NAMES:
-        raise ValueError(f"`{argument}` must be a floating-point dtype policy: one of "
-                         f"{', '.join(map(repr, POLICY_NAMES))}.{did_you_mean(name, POLICY_NAMES)} "
-                         f"Received: {argument}={name!r}")
+        raise ValueError(
+            f"`{argument}` must be a floating-point dtype policy: one of "
+            f"{', '.join(map(repr, POLICY_NAMES))}.{did_you_mean(name, POLICY_NAMES)} "
+            f"Received: {argument}={name!r}"
+        )
 
 
 def check_precision(precision, argument="precision"):
     """Raises ValueError naming `argument` unless a run can train in `precision` (one of `PRECISIONS`)."""
     check_policy_name(precision, argument)
     if precision not in PRECISIONS:
-        raise ValueError(f"`{argument}` must keep float32 weights to train: one of "
-                         f"{', '.join(map(repr, PRECISIONS))} ({precision!r} is a model dtype for inference: "
-                         f"build_model(..., dtype={precision!r})). Received: {argument}={precision!r}")
+        raise ValueError(
+            f"`{argument}` must keep float32 weights to train: one of "
+            f"{', '.join(map(repr, PRECISIONS))} ({precision!r} is a model dtype for inference: "
+            f"build_model(..., dtype={precision!r})). Received: {argument}={precision!r}"
+        )
 
 
 def check_precisions(precisions, argument="precisions"):
     """Raises ValueError naming `argument` unless `precisions` is a non-empty sequence of `PRECISIONS`, each once."""
     if not precisions or len(set(precisions)) != len(precisions):
-        raise ValueError(f"`{argument}` must name each training precision to measure once: some of "
-                         f"{', '.join(map(repr, PRECISIONS))}. Received: {argument}={','.join(precisions)!r}")
+        raise ValueError(
+            f"`{argument}` must name each training precision to measure once: some of "
+            f"{', '.join(map(repr, PRECISIONS))}. Received: {argument}={','.join(precisions)!r}"
+        )
     for precision in precisions:
         check_precision(precision, argument)

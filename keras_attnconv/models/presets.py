@@ -32,10 +32,10 @@ import keras
 import numpy as np
 
 from keras_attnconv.models.image_classifier import ImageClassifier
-from keras_attnconv.utils.ownership import KINDS, ForeignDirectoryError, check_owned, mark_of, write_mark
-from keras_attnconv.utils.staging import exchange, new_staging, remove, remove_stale_staging
 from keras_attnconv.utils.checks import check_bool, check_path
 from keras_attnconv.utils.files import check_free_space, check_writable, read_json, read_json_object
+from keras_attnconv.utils.ownership import KINDS, ForeignDirectoryError, check_owned, mark_of, write_mark
+from keras_attnconv.utils.staging import exchange, new_staging, remove, remove_stale_staging
 from keras_attnconv.version import __version__
 
 CONFIG_FILE = "config.json"
@@ -46,9 +46,11 @@ METADATA_FILE = "metadata.json"
 def check_zoo_model(model, argument="model"):
     """Raises ValueError unless `model` is a model of the zoo (an `ImageClassifier`: it knows what it is)."""
     if not isinstance(model, ImageClassifier):
-        raise ValueError(f"`{argument}` must be a keras_attnconv model (from build_model, from_preset, or a .keras "
-                         f"file of one), which knows its preprocessing and classes. Received: {argument} of class "
-                         f"{type(model).__name__}")
+        raise ValueError(
+            f"`{argument}` must be a keras_attnconv model (from build_model, from_preset, or a .keras "
+            f"file of one), which knows its preprocessing and classes. Received: {argument} of class "
+            f"{type(model).__name__}"
+        )
 
 
 def model_metadata(model):
@@ -97,19 +99,24 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     check_zoo_model(model)
     check_bool("overwrite", overwrite)
     if not isinstance(metadata, (dict, type(None))):
-        raise ValueError(f"`metadata` must be None or a dict of fields (a JSON object) added to metadata.json. "
-                         f"Received: metadata={metadata!r}")
+        raise ValueError(
+            f"`metadata` must be None or a dict of fields (a JSON object) added to metadata.json. "
+            f"Received: metadata={metadata!r}"
+        )
     check_writable(preset_dir, "preset_dir", beside=True)  # staged in its parent: a name the user gave, not ours
     given, preset_dir = preset_dir, Path(preset_dir)
     if preset_dir.is_symlink():  # the preset it points to is the one asked for
         preset_dir = preset_dir.resolve()
     working = Path.cwd()
     if preset_dir.resolve() in (working, *working.parents):
-        raise ValueError(f"preset_dir={str(given)!r} is the working directory {working} or holds it: a preset is "
-                         f"published by renaming a whole directory onto it, which cannot replace the directory a "
-                         f"process works in. Save it from another directory. Received: preset_dir={str(given)!r}")
-    exists = FileExistsError(f"{preset_dir} exists: pass overwrite=True to replace it. "
-                             f"Received: preset_dir={str(preset_dir)!r}")
+        raise ValueError(
+            f"preset_dir={str(given)!r} is the working directory {working} or holds it: a preset is "
+            f"published by renaming a whole directory onto it, which cannot replace the directory a "
+            f"process works in. Save it from another directory. Received: preset_dir={str(given)!r}"
+        )
+    exists = FileExistsError(
+        f"{preset_dir} exists: pass overwrite=True to replace it. Received: preset_dir={str(preset_dir)!r}"
+    )
     check_owned(preset_dir, KIND, "preset_dir", adopt=_is_earlier_preset)
     if _is_our_preset(preset_dir) and not overwrite:
         raise exists
@@ -121,8 +128,10 @@ def save_to_preset(model, preset_dir, *, metadata=None, overwrite=False):
     contradiction = _contradiction(model, metadata or {})
     if contradiction:  # from_preset would refuse the preset: it must not be written
         field, said, built = contradiction
-        raise ValueError(f"`metadata` says {field}={said!r} where the model has {field}={built!r}: a preset's "
-                         f"metadata describes its model. Received: metadata[{field!r}]={said!r}")
+        raise ValueError(
+            f"`metadata` says {field}={said!r} where the model has {field}={built!r}: a preset's "
+            f"metadata describes its model. Received: metadata[{field!r}]={said!r}"
+        )
     # HDF5 crashes the process after a write that fails on a full disk: check the room first.
     check_free_space(preset_dir.parent, sum(w.nbytes for w in model.get_weights()), f"the preset {preset_dir.name}")
     prefix = f"{preset_dir.name}."
@@ -148,8 +157,10 @@ def _publish(staging, preset_dir, overwrite, exists):
         if exchange(staging, preset_dir):
             if not _is_our_preset(staging):  # something else took the name meanwhile: give it back
                 exchange(staging, preset_dir)
-                raise ForeignDirectoryError(f"{preset_dir} was replaced by something else during the save; it is "
-                                            f"left as it is. Received: preset_dir={str(preset_dir)!r}")
+                raise ForeignDirectoryError(
+                    f"{preset_dir} was replaced by something else during the save; it is "
+                    f"left as it is. Received: preset_dir={str(preset_dir)!r}"
+                )
             return  # the old preset now has the staging name, which the caller removes
         # No atomic exchange on this system: the old preset is moved aside first (a kill in between leaves
         # it, whole, under a hidden name beside `preset_dir`).
@@ -206,12 +217,14 @@ def _check_preset(preset):
     if kind not in (None, KIND):  # e.g. a training run, whose best model is a preset one level down
         inner = [str(child) for child in sorted(path.iterdir()) if child.is_dir() and mark_of(child) == KIND]
         where = f": its preset is {inner[0]!r}" if len(inner) == 1 else ""
-        raise FileNotFoundError(f"{str(preset)!r} is {KINDS[kind]}, not a preset{where}. "
-                                f"Received: preset={str(preset)!r}")
+        raise FileNotFoundError(
+            f"{str(preset)!r} is {KINDS[kind]}, not a preset{where}. Received: preset={str(preset)!r}"
+        )
     missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE, METADATA_FILE) if not (path / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{str(preset)!r} is not a preset: it lacks {', '.join(missing)}. "
-                                f"Received: preset={str(preset)!r}")
+        raise FileNotFoundError(
+            f"{str(preset)!r} is not a preset: it lacks {', '.join(missing)}. Received: preset={str(preset)!r}"
+        )
 
 
 #: What a preset's metadata says of its model, which must be what its config builds.
@@ -235,8 +248,10 @@ def _check_metadata(model, metadata, preset):
     contradiction = _contradiction(model, metadata)
     if contradiction:
         field, said, built = contradiction
-        raise ValueError(f"The preset {str(preset)!r} disagrees with itself: metadata.json says {field}={said!r} "
-                         f"where config.json builds {field}={built!r}. Received: preset={str(preset)!r}")
+        raise ValueError(
+            f"The preset {str(preset)!r} disagrees with itself: metadata.json says {field}={said!r} "
+            f"where config.json builds {field}={built!r}. Received: preset={str(preset)!r}"
+        )
 
 
 def _check_weights(model, path, preset):
@@ -259,16 +274,20 @@ def _check_weights(model, path, preset):
         with h5py.File(path, "r") as weights:
             weights.visititems(collect)
     except OSError as error:
-        raise ValueError(f"The weights of the preset {str(preset)!r} cannot be loaded ({error}). "
-                         f"Received: preset={str(preset)!r}") from None
+        raise ValueError(
+            f"The weights of the preset {str(preset)!r} cannot be loaded ({error}). Received: preset={str(preset)!r}"
+        ) from None
     expected = [tuple(w.shape) for w in model.weights]
     if sorted(shapes) != sorted(expected):
+
         def count(found):
             return f"{len(found)} weights ({sum(int(np.prod(s)) for s in found)} values)"
 
-        raise ValueError(f"The preset {str(preset)!r} disagrees with itself: model.weights.h5 holds {count(shapes)} "
-                         f"where the model of config.json, {model.name}, has {count(expected)}. "
-                         f"Received: preset={str(preset)!r}")
+        raise ValueError(
+            f"The preset {str(preset)!r} disagrees with itself: model.weights.h5 holds {count(shapes)} "
+            f"where the model of config.json, {model.name}, has {count(expected)}. "
+            f"Received: preset={str(preset)!r}"
+        )
 
 
 def load_preset(preset, *, dtype=None, load_weights=True):
@@ -297,10 +316,14 @@ def load_preset(preset, *, dtype=None, load_weights=True):
     metadata = _read_json_object(path / METADATA_FILE, preset)
     registered = config.get("registered_name")
     model_class = keras.saving.get_registered_object(registered) if isinstance(registered, str) else None
-    if not (isinstance(model_class, type) and issubclass(model_class, ImageClassifier)
-            and isinstance(config.get("config"), dict)):
-        raise ValueError(f"The preset {str(preset)!r} does not hold a keras_attnconv model. "
-                         f"Received: registered_name={registered!r}")
+    if not (
+        isinstance(model_class, type)
+        and issubclass(model_class, ImageClassifier)
+        and isinstance(config.get("config"), dict)
+    ):
+        raise ValueError(
+            f"The preset {str(preset)!r} does not hold a keras_attnconv model. Received: registered_name={registered!r}"
+        )
     if dtype is not None:
         config = {**config, "config": {**config["config"], "dtype": dtype}}
     model = keras.saving.deserialize_keras_object(config, safe_mode=True)
@@ -310,6 +333,8 @@ def load_preset(preset, *, dtype=None, load_weights=True):
         try:
             model.load_weights(path / WEIGHTS_FILE)
         except Exception as error:  # h5py's and Keras' errors for a damaged or mismatched file
-            raise ValueError(f"The weights of the preset {str(preset)!r} cannot be loaded into its model ({error}). "
-                             f"Received: preset={str(preset)!r}") from None
+            raise ValueError(
+                f"The weights of the preset {str(preset)!r} cannot be loaded into its model ({error}). "
+                f"Received: preset={str(preset)!r}"
+            ) from None
     return model

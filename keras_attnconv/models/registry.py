@@ -34,17 +34,24 @@ def register_model(name, config, paper, trained=()):
         trained: `TrainedResult`s of this package's runs of it, most recent last.
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError("`name` must be lower-case letters, digits and underscores, starting with a letter. "
-                         f"Received: name={name!r}")
+        raise ValueError(
+            "`name` must be lower-case letters, digits and underscores, starting with a letter. "
+            f"Received: name={name!r}"
+        )
     if name in _REGISTRY:
-        raise ValueError(f"A model is registered as {name!r} already (a {type(_REGISTRY[name].config).__name__}). "
-                         f"Received: name={name!r}")
+        raise ValueError(
+            f"A model is registered as {name!r} already (a {type(_REGISTRY[name].config).__name__}). "
+            f"Received: name={name!r}"
+        )
     if not isinstance(config, ClassifierConfig):
-        raise ValueError("`config` must be a model family's config (a ClassifierConfig). "
-                         f"Received: config of class {type(config).__name__}")
+        raise ValueError(
+            "`config` must be a model family's config (a ClassifierConfig). "
+            f"Received: config of class {type(config).__name__}"
+        )
     if not isinstance(paper, PaperFigures) or not all(isinstance(t, TrainedResult) for t in trained):
-        raise ValueError(f"`paper` must be PaperFigures and `trained` TrainedResults. Received: paper={paper!r}, "
-                         f"trained={trained!r}")
+        raise ValueError(
+            f"`paper` must be PaperFigures and `trained` TrainedResults. Received: paper={paper!r}, trained={trained!r}"
+        )
     card = ModelCard(name, config, paper, tuple(trained))
     _REGISTRY[name] = card
     return card
@@ -70,8 +77,10 @@ def get_model_card(name, *, or_else=""):
     if not isinstance(name, str):  # a list would not even hash
         raise ValueError(f"`name` must be a model name, one of list_models(){or_else}. Received: name={name!r}")
     if name not in _REGISTRY:
-        raise ValueError(f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}"
-                         f"{or_else}. Received: name={name!r}")
+        raise ValueError(
+            f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}"
+            f"{or_else}. Received: name={name!r}"
+        )
     return _REGISTRY[name]
 
 
@@ -90,8 +99,11 @@ def get_paper_figures(name):
 
 def _is_preset_path(name):
     """Whether `name`, not a registered name, is meant as a path: a path object, a separator, or a directory."""
-    return isinstance(name, os.PathLike) or isinstance(name, str) and (
-        os.sep in name or "/" in name or os.path.isdir(name))
+    return (
+        isinstance(name, os.PathLike)
+        or isinstance(name, str)
+        and (os.sep in name or "/" in name or os.path.isdir(name))
+    )
 
 
 def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
@@ -137,8 +149,10 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
     if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
         card = get_model_card(name, or_else=" or a preset directory")
         if load_weights is not True:
-            raise ValueError(f"`load_weights` is for a preset directory; {name!r} is a model name (its weights "
-                             f"are new). Received: load_weights={load_weights!r}")
+            raise ValueError(
+                f"`load_weights` is for a preset directory; {name!r} is a model name (its weights "
+                f"are new). Received: load_weights={load_weights!r}"
+            )
         # The one validation of the config: the model is built from it, not from its fields again.
         config = get_model_config(name, **overrides) if overrides else card.config
         dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
@@ -148,8 +162,10 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
         return config.build(name=name, dtype=dtype)
     if overrides or seed is not None:
         given = {**overrides, **({"seed": seed} if seed is not None else {})}
-        raise ValueError(f"A preset's architecture and weights are its own: {str(name)!r} takes only `dtype` and "
-                         f"`load_weights`. Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}")
+        raise ValueError(
+            f"A preset's architecture and weights are its own: {str(name)!r} takes only `dtype` and "
+            f"`load_weights`. Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}"
+        )
     return load_preset(name, dtype=dtype, load_weights=load_weights)
 
 

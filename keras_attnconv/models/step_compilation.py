@@ -48,8 +48,10 @@ SMALL_MODEL_GFLOPS = 0.4
 def check_jit_compile(jit_compile, argument="jit_compile"):
     """Raises ValueError naming `argument` unless `jit_compile` is True, False or ``"auto"``."""
     if not (isinstance(jit_compile, bool) or jit_compile == "auto"):
-        raise ValueError(f"`{argument}` must be true, false or \"auto\" (the measured fastest path of this "
-                         f"device). Received: {argument}={jit_compile!r}")
+        raise ValueError(
+            f'`{argument}` must be true, false or "auto" (the measured fastest path of this '
+            f"device). Received: {argument}={jit_compile!r}"
+        )
 
 
 def uses_xla(platform, precision, backend, cpu_flags=frozenset(), gflops_per_image=None):
@@ -81,8 +83,13 @@ def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend
     check_jit_compile(jit_compile)
     if jit_compile != "auto":
         return jit_compile
-    return uses_xla(checked_platform(platform), precision, backend or keras.backend.backend(),
-                    cpu_capabilities()["flags"], gflops_per_image)
+    return uses_xla(
+        checked_platform(platform),
+        precision,
+        backend or keras.backend.backend(),
+        cpu_capabilities()["flags"],
+        gflops_per_image,
+    )
 
 
 def resolve_jit_compile_for(model, jit_compile="auto", precision=None, platform=None):
@@ -109,8 +116,11 @@ def auto_source(model, precision=None, platform=None):
     from keras_attnconv.layers.path_rule import checked_platform
 
     precision = precision or model.dtype_policy.name
-    if (keras.backend.backend() == "tensorflow" and checked_platform(platform) == "cpu"
-            and measured_jit_compile(model, precision) is not None):
+    if (
+        keras.backend.backend() == "tensorflow"
+        and checked_platform(platform) == "cpu"
+        and measured_jit_compile(model, precision) is not None
+    ):
         return "measured faster for this model on this machine by attnconv bench --suite steps"
     return "the rule for this device, precision and model size"
 

@@ -44,15 +44,17 @@ def model_rows(names=None, recount=False):
     for name in names or list_models():
         paper = get_paper_figures(name)  # an unknown name fails here, with the closest ones
         counts = recorded.get(name) or count_model(name)
-        rows.append({
-            "name": name,
-            "paper_row": f"{paper.row} ({paper.source})",
-            "params": counts["params"],
-            "paper_params_millions": paper.params_millions,
-            "flops_linear": counts["flops_linear"],
-            "flops_total": counts["flops_total"],
-            "paper_flops_billions": paper.flops_billions,
-        })
+        rows.append(
+            {
+                "name": name,
+                "paper_row": f"{paper.row} ({paper.source})",
+                "params": counts["params"],
+                "paper_params_millions": paper.params_millions,
+                "flops_linear": counts["flops_linear"],
+                "flops_total": counts["flops_total"],
+                "paper_flops_billions": paper.flops_billions,
+            }
+        )
     return rows
 
 

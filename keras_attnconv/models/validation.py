@@ -56,9 +56,14 @@ def dtype_policy(dtype):
     if isinstance(dtype, str):
         check_policy_name(dtype)
         return keras.DTypePolicy(dtype)
-    if (not isinstance(dtype, keras.DTypePolicy) or dtype.quantization_mode is not None
-            or not all(keras.backend.is_float_dtype(d) for d in (dtype.compute_dtype, dtype.variable_dtype))):
-        raise ValueError("`dtype` must be None, a floating-point dtype policy name such as 'float32', "
-                         "'mixed_float16', 'mixed_bfloat16' or 'bfloat16', or a keras.DTypePolicy of floating "
-                         f"compute and variable dtypes. Received: dtype={dtype!r}")
+    if (
+        not isinstance(dtype, keras.DTypePolicy)
+        or dtype.quantization_mode is not None
+        or not all(keras.backend.is_float_dtype(d) for d in (dtype.compute_dtype, dtype.variable_dtype))
+    ):
+        raise ValueError(
+            "`dtype` must be None, a floating-point dtype policy name such as 'float32', "
+            "'mixed_float16', 'mixed_bfloat16' or 'bfloat16', or a keras.DTypePolicy of floating "
+            f"compute and variable dtypes. Received: dtype={dtype!r}"
+        )
     return dtype

@@ -19,5 +19,14 @@ from keras_attnconv.training.run_directory import RunDirectory, RunInUseError
 from keras_attnconv.training.runs import finished_run
 from keras_attnconv.training.workflow import export_source, train_and_export
 
-__all__ = ["RunDirectory", "RunInUseError", "TrainConfig", "check_run", "export_source", "finished_run",
-           "load_recipe", "train", "train_and_export"]
+__all__ = [
+    "RunDirectory",
+    "RunInUseError",
+    "TrainConfig",
+    "check_run",
+    "export_source",
+    "finished_run",
+    "load_recipe",
+    "train",
+    "train_and_export",
+]

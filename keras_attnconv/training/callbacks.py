@@ -36,8 +36,10 @@ def _load_arrays(path, variables, what, state):
     with np.load(path) as saved:
         values = [saved[f"v{i}"] for i in range(len(saved.files))]
     if [tuple(v.shape) for v in values] != [tuple(v.shape) for v in variables]:
-        raise ValueError(f"The backup in {state} has {len(values)} {what} that do not match the "
-                         f"{len(variables)} of this run: it belongs to a different configuration.")
+        raise ValueError(
+            f"The backup in {state} has {len(values)} {what} that do not match the "
+            f"{len(variables)} of this run: it belongs to a different configuration."
+        )
     for variable, value in zip(variables, values):
         variable.assign(value)
 
@@ -87,8 +89,10 @@ class ResumableBackup(keras.callbacks.Callback):
         try:
             return self._restore(model, backup_dir)
         except (OSError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as error:
-            raise ValueError(f"The backup in {backup_dir} cannot be read ({type(error).__name__}: {error}). Move it "
-                             f"away to train from the start. Received: backup_dir={str(backup_dir)!r}") from None
+            raise ValueError(
+                f"The backup in {backup_dir} cannot be read ({type(error).__name__}: {error}). Move it "
+                f"away to train from the start. Received: backup_dir={str(backup_dir)!r}"
+            ) from None
 
     def _restore(self, model, backup_dir):
         latest = json.loads((backup_dir / "latest.json").read_text())
@@ -111,10 +115,16 @@ class ResumableBackup(keras.callbacks.Callback):
         state = self.backup_dir / directory
         partial = self.backup_dir / f".{directory}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        groups = {"model.npz": self.model.weights, "optimizer.npz": self.model.optimizer.variables,
-                  "random_streams.npz": _unsaved_variables(self.model)}
-        check_free_space(self.backup_dir, sum(_nbytes(v) for group in groups.values() for v in group),
-                         f"the backup of epoch {epoch + 1}")
+        groups = {
+            "model.npz": self.model.weights,
+            "optimizer.npz": self.model.optimizer.variables,
+            "random_streams.npz": _unsaved_variables(self.model),
+        }
+        check_free_space(
+            self.backup_dir,
+            sum(_nbytes(v) for group in groups.values() for v in group),
+            f"the backup of epoch {epoch + 1}",
+        )
         partial.mkdir(parents=True)
         for name, variables in groups.items():
             _save_arrays(partial / name, variables)
@@ -207,7 +217,8 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
                 raise NonFiniteLossError(
                     f"The {what} became {value} during epoch {epoch + 1}; training stopped. The last backup and "
                     "the best checkpoint are kept. Train again with a lower --learning-rate (or check the data) "
-                    f"in a new --run-dir: this run resumes only with its own settings. Received: {name}={value}")
+                    f"in a new --run-dir: this run resumes only with its own settings. Received: {name}={value}"
+                )
 
 
 #: A finite training loss above this many times ln(classes), the cross-entropy of a model at chance, has exploded.
@@ -244,8 +255,7 @@ def at_chance(accuracy, classes, examples):
 def describe_chance(accuracy, classes, examples):
     """``accuracy 0.1000 on 500 images is at chance, 1/10 ± 2 s.e. = [0.0732, 0.1268]`` (for messages)."""
     low, high = chance_interval(classes, examples)
-    return (f"accuracy {accuracy:.4f} on {examples} images is at chance, 1/{classes} ± 2 s.e. = "
-            f"[{low:.4f}, {high:.4f}]")
+    return f"accuracy {accuracy:.4f} on {examples} images is at chance, 1/{classes} ± 2 s.e. = [{low:.4f}, {high:.4f}]"
 
 
 def exploded_loss_threshold(classes):
@@ -293,8 +303,11 @@ class StopWhenNothingLearned(keras.callbacks.Callback):
 
     def __init__(self, num_classes, eval_examples, first_epoch=0):
         super().__init__()
-        for name, value, least in (("num_classes", num_classes, 2), ("eval_examples", eval_examples, 0),
-                                   ("first_epoch", first_epoch, 0)):
+        for name, value, least in (
+            ("num_classes", num_classes, 2),
+            ("eval_examples", eval_examples, 0),
+            ("first_epoch", first_epoch, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ValueError(f"`{name}` must be an integer >= {least}. Received: {name}={value!r}")
         self.num_classes = int(num_classes)
@@ -305,21 +318,25 @@ class StopWhenNothingLearned(keras.callbacks.Callback):
         logs = logs or {}
         if epoch < self.first_epoch:  # still warming up (or just done): the rate has not reached its peak
             return
-        advice = ("The records of the earlier epochs are kept and nothing is exported. Train again in a new "
-                  "--run-dir with a longer warm-up (--warmup-ratio) or a lower --learning-rate.")
+        advice = (
+            "The records of the earlier epochs are kept and nothing is exported. Train again in a new "
+            "--run-dir with a longer warm-up (--warmup-ratio) or a lower --learning-rate."
+        )
         loss, threshold = float(logs.get("loss", math.nan)), exploded_loss_threshold(self.num_classes)
         if math.isfinite(loss) and loss > threshold:
             raise NothingLearnedError(
                 f"The training loss exploded to {loss:.4g} in epoch {epoch + 1}, after the warm-up (above "
                 f"{EXPLODED_LOSS_FACTOR} ln {self.num_classes} = {threshold:.4g}; a model at chance has "
                 f"ln {self.num_classes} = {math.log(self.num_classes):.4g}); training stopped. {advice} "
-                f"Received: loss={loss:.6g}")
+                f"Received: loss={loss:.6g}"
+            )
         accuracy = float(logs.get("val_accuracy", math.nan))
         if at_chance(accuracy, self.num_classes, self.eval_examples):
             raise NothingLearnedError(
                 f"The model learned nothing: in epoch {epoch + 1}, after the warm-up, its validation "
                 f"{describe_chance(accuracy, self.num_classes, self.eval_examples)}; training stopped. {advice} "
-                f"Received: val_accuracy={accuracy:.6g}")
+                f"Received: val_accuracy={accuracy:.6g}"
+            )
 
 
 class BestCheckpoint(keras.callbacks.Callback):
@@ -344,5 +361,3 @@ class BestCheckpoint(keras.callbacks.Callback):
         if best is None or self.better(float(value), best):
             write_atomically(self.filepath, lambda tmp: self.model.save(tmp))
             write_json(self.record, {self.monitor: float(value), "epoch": epoch + 1})
-
-

@@ -14,9 +14,20 @@ from keras_attnconv.utils.files import check_writable
 from keras_attnconv.utils.reports import machine, report_paths, write_report
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
-ENCODINGS = ("quadratic_tiny", "gaussian_tiny", "learned_tiny", "learned_content_tiny", "siren_tiny",
-             "quadratic_span_tiny", "learned_span_tiny", "absolute_learned_tiny", "absolute_sinusoid_tiny",
-             "learned_content_local_tiny", "absolute_learned_local_tiny", "quadratic_span_local_tiny")
+ENCODINGS = (
+    "quadratic_tiny",
+    "gaussian_tiny",
+    "learned_tiny",
+    "learned_content_tiny",
+    "siren_tiny",
+    "quadratic_span_tiny",
+    "learned_span_tiny",
+    "absolute_learned_tiny",
+    "absolute_sinusoid_tiny",
+    "learned_content_local_tiny",
+    "absolute_learned_local_tiny",
+    "quadratic_span_local_tiny",
+)
 
 
 def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides):
@@ -27,10 +38,10 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     with the same settings has finished (a comparison run again after a
     crash) is not trained again: its run's metrics are taken.
     """
-    from keras_attnconv.training.plan import check_run
-    from keras_attnconv.training.runs import finished_run
-    from keras_attnconv.training.recipe import load_recipe
     from keras_attnconv.training.fit import train
+    from keras_attnconv.training.plan import check_run
+    from keras_attnconv.training.recipe import load_recipe
+    from keras_attnconv.training.runs import finished_run
 
     if isinstance(models, str) or not models or not all(isinstance(name, str) and name for name in models):
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
@@ -39,8 +50,9 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     for path in report_paths(output):
         check_writable(path, "output", file=True)
     recipe_values = load_recipe(recipe, **overrides)
-    configs = {name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None)
-               for name in models}
+    configs = {
+        name: dataclasses.replace(recipe_values, model=name, name=f"compare-{name}", export_dir=None) for name in models
+    }
     first, *others = models
     plan = check_run(configs[first], models=others)  # the data once, then each model's configuration
     rows = []
@@ -50,21 +62,30 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
             metrics = finished.finished_metrics()
         else:
             metrics = train(config)
-        rows.append({
-            "model": name,
-            "description": _encoding(name),
-            "trainable_parameters": metrics["trainable_parameters"],
-            "eval_accuracy": metrics["eval_accuracy"],
-            # The same evaluation set for every model; a run finished before it was recorded has the plan's.
-            "eval_examples": metrics.get("eval_examples", len(plan.eval_batches.labels)),
-            "best_val_accuracy": metrics["best_val_accuracy"],
-            "train_images_per_second": metrics["train_images_per_second"],
-            "wall_seconds": metrics["wall_seconds_this_session"],
-            "run_dir": metrics["run_dir"],
-        })
-    results = {"recipe": str(recipe), "epochs": recipe_values.epochs, "dataset": recipe_values.dataset,
-               "seed": recipe_values.seed, "precision": recipe_values.precision,
-               "eval_split": metrics["eval_split"], "machine": machine(), "rows": rows}
+        rows.append(
+            {
+                "model": name,
+                "description": _encoding(name),
+                "trainable_parameters": metrics["trainable_parameters"],
+                "eval_accuracy": metrics["eval_accuracy"],
+                # The same evaluation set for every model; a run finished before it was recorded has the plan's.
+                "eval_examples": metrics.get("eval_examples", len(plan.eval_batches.labels)),
+                "best_val_accuracy": metrics["best_val_accuracy"],
+                "train_images_per_second": metrics["train_images_per_second"],
+                "wall_seconds": metrics["wall_seconds_this_session"],
+                "run_dir": metrics["run_dir"],
+            }
+        )
+    results = {
+        "recipe": str(recipe),
+        "epochs": recipe_values.epochs,
+        "dataset": recipe_values.dataset,
+        "seed": recipe_values.seed,
+        "precision": recipe_values.precision,
+        "eval_split": metrics["eval_split"],
+        "machine": machine(),
+        "rows": rows,
+    }
     write_report(output, results, markdown_table(results))
     return results
 
@@ -80,12 +101,15 @@ def _encoding(name):
 
 def markdown_table(results):
     """The comparison as a markdown table, best final accuracy first."""
-    lines = [f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} epochs, "
-             f"{results['precision']}, seed {results['seed']}), accuracy on the {results['eval_split']} split; "
-             f"{results['machine']['cpus']} CPUs, Keras {results['machine']['keras']} on "
-             f"{results['machine']['backend']}.", "",
-             "| model | encoding | params | accuracy | best epoch | train images/s | wall time |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} epochs, "
+        f"{results['precision']}, seed {results['seed']}), accuracy on the {results['eval_split']} split; "
+        f"{results['machine']['cpus']} CPUs, Keras {results['machine']['keras']} on "
+        f"{results['machine']['backend']}.",
+        "",
+        "| model | encoding | params | accuracy | best epoch | train images/s | wall time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in sorted(results["rows"], key=lambda r: -r["eval_accuracy"]):
         lines.append(
             f"| `{row['model']}` | {row['description']} | {row['trainable_parameters'] / 1e3:.0f}k "
@@ -102,13 +126,19 @@ def _twins_table(rows):
     pairs = [(by_model[local], by_model[twin]) for local, twin in twins.items() if twin in by_model]
     if not pairs:
         return []
-    lines = ["", "Each local model beside its global twin (the same model without a window), same recipe and seed:", "",
-             "| model | accuracy | train images/s | global twin | twin's accuracy | twin's train images/s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "Each local model beside its global twin (the same model without a window), same recipe and seed:",
+        "",
+        "| model | accuracy | train images/s | global twin | twin's accuracy | twin's train images/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for local, twin in pairs:
-        lines.append(f"| `{local['model']}` | {_percent(local['eval_accuracy'])} "
-                     f"| {_rate(local['train_images_per_second'])} | `{twin['model']}` "
-                     f"| {_percent(twin['eval_accuracy'])} | {_rate(twin['train_images_per_second'])} |")
+        lines.append(
+            f"| `{local['model']}` | {_percent(local['eval_accuracy'])} "
+            f"| {_rate(local['train_images_per_second'])} | `{twin['model']}` "
+            f"| {_percent(twin['eval_accuracy'])} | {_rate(twin['train_images_per_second'])} |"
+        )
     return lines
 
 
@@ -120,4 +150,3 @@ def _percent(value):
 
 def _rate(value):
     return "-" if value is None else f"{value:.0f}"
-

@@ -87,8 +87,9 @@ def _read_npz_info(name, path, mtime_ns, size):
     """`DatasetInfo` of the .npz at `path`; cached by the file's (path, mtime, size): read once, not per split."""
     with _open_npz(name, path) as data:
         splits = _npz_splits(name, data.files)
-        labels = np.concatenate([_integer_labels(name, split, _npz_array(name, data, y))
-                                 for split, (_, y) in splits.items()])
+        labels = np.concatenate(
+            [_integer_labels(name, split, _npz_array(name, data, y)) for split, (_, y) in splits.items()]
+        )
         train = splits.get("train", splits.get(""))
         images_key = (train or next(iter(splits.values())))[0]
         images = _check_images(name, images_key, _npz_array(name, data, images_key))
@@ -96,18 +97,25 @@ def _read_npz_info(name, path, mtime_ns, size):
         stated = _class_names(name, _npz_array(name, data, "class_names")) if "class_names" in data.files else None
     num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
     if num_classes < 2:
-        raise ValueError(f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
-                         f"`class_names` array. Received: labels {sorted(set(labels.tolist()))}")
-    names = tuple(stated) if stated else (CIFAR10_CLASSES if num_classes == 10 else
-                                          tuple(str(i) for i in range(num_classes)))
+        raise ValueError(
+            f"{name!r} needs labels of at least 2 classes (integers 0 .. classes-1), or a "
+            f"`class_names` array. Received: labels {sorted(set(labels.tolist()))}"
+        )
+    names = (
+        tuple(stated)
+        if stated
+        else (CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes)))
+    )
     return DatasetInfo(name, num_classes, names, mean, std, "test", images.shape[1])
 
 
 def _class_names(name, names):
     """The `class_names` array of a .npz as strings: one name per class, a 1-D array of text."""
     if names.ndim != 1 or names.dtype.kind not in "US" or not names.size:
-        raise ValueError(f"The array 'class_names' of {str(name)!r} must hold one name per class, a 1-D array of "
-                         f"strings. Received: class_names {names.dtype} {names.shape}")
+        raise ValueError(
+            f"The array 'class_names' of {str(name)!r} must hold one name per class, a 1-D array of "
+            f"strings. Received: class_names {names.dtype} {names.shape}"
+        )
     return [str(n) for n in names]
 
 
@@ -136,16 +144,20 @@ def pixel_statistics(info, normalization):
     if normalization == "official":
         return OFFICIAL_MEAN, OFFICIAL_STD
     if info.mean is None:
-        raise ValueError(f"{info.name!r} has no training images (`x_train`, or `x` for every split) to take its "
-                         f"pixel statistics from: add them, or pass normalization='official'. "
-                         f"Received: normalization={normalization!r}")
+        raise ValueError(
+            f"{info.name!r} has no training images (`x_train`, or `x` for every split) to take its "
+            f"pixel statistics from: add them, or pass normalization='official'. "
+            f"Received: normalization={normalization!r}"
+        )
     return info.mean, info.std
 
 
 def _unknown_dataset_message(name):
-    return (f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
-            f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`, or to a folder of JPEG/PNG images, one "
-            f"folder per class (DIR/<class>/ or DIR/train/<class>/ and DIR/test/<class>/). Received: name={name!r}")
+    return (
+        f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
+        f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`, or to a folder of JPEG/PNG images, one "
+        f"folder per class (DIR/<class>/ or DIR/train/<class>/ and DIR/test/<class>/). Received: name={name!r}"
+    )
 
 
 @contextlib.contextmanager
@@ -154,11 +166,14 @@ def _open_npz(name, path):
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise ValueError(f"{str(path)!r} is not a readable .npz archive ({type(error).__name__}: {error}). "
-                         f"Received: name={str(name)!r}") from None
+        raise ValueError(
+            f"{str(path)!r} is not a readable .npz archive ({type(error).__name__}: {error}). "
+            f"Received: name={str(name)!r}"
+        ) from None
     if not isinstance(data, np.lib.npyio.NpzFile):  # a single .npy array saved under a .npz name
-        raise ValueError(f"{str(path)!r} holds one array, not a .npz archive of named arrays (x, y). "
-                         f"Received: name={str(name)!r}")
+        raise ValueError(
+            f"{str(path)!r} holds one array, not a .npz archive of named arrays (x, y). Received: name={str(name)!r}"
+        )
     with data:
         yield data
 
@@ -168,16 +183,20 @@ def _npz_array(name, data, key):
     try:
         return data[key]
     except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
-        raise ValueError(f"The array {key!r} of {str(name)!r} cannot be read ({type(error).__name__}: {error}). "
-                         f"Received: name={str(name)!r}") from None
+        raise ValueError(
+            f"The array {key!r} of {str(name)!r} cannot be read ({type(error).__name__}: {error}). "
+            f"Received: name={str(name)!r}"
+        ) from None
 
 
 def _check_images(name, key, images):
     """`images` unless they are not the square uint8 RGB images (N, H, H, 3) a model takes: ValueError naming them."""
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or images.shape[1] != images.shape[2]:
-        hint = (" (channels first? the images must be NHWC)" if images.ndim == 4 and images.shape[1] == 3 else "")
-        raise ValueError(f"The array {key!r} of {str(name)!r} must hold square uint8 RGB images (N, H, H, 3){hint}. "
-                         f"Received: {key} {images.dtype} {images.shape}")
+        hint = " (channels first? the images must be NHWC)" if images.ndim == 4 and images.shape[1] == 3 else ""
+        raise ValueError(
+            f"The array {key!r} of {str(name)!r} must hold square uint8 RGB images (N, H, H, 3){hint}. "
+            f"Received: {key} {images.dtype} {images.shape}"
+        )
     return images
 
 
@@ -187,12 +206,15 @@ def _npz_splits(name, files):
     if "x" in files:
         splits[""] = ("x", "y")
     if not splits:
-        raise ValueError(f"{name!r} holds no images: it needs an `x` array (or `x_<split>` arrays) of uint8 "
-                         f"(N, H, W, 3) and integer labels `y`. Received: arrays {sorted(files)}")
+        raise ValueError(
+            f"{name!r} holds no images: it needs an `x` array (or `x_<split>` arrays) of uint8 "
+            f"(N, H, W, 3) and integer labels `y`. Received: arrays {sorted(files)}"
+        )
     for images_key, labels_key in splits.values():
         if labels_key not in files:
-            raise ValueError(f"{name!r} has images {images_key!r} but no labels {labels_key!r}. "
-                             f"Received: arrays {sorted(files)}")
+            raise ValueError(
+                f"{name!r} has images {images_key!r} but no labels {labels_key!r}. Received: arrays {sorted(files)}"
+            )
     return splits
 
 
@@ -201,17 +223,22 @@ def _integer_labels(name, split, labels):
     labels = np.asarray(labels)
     where = f"{name!r} split {split!r}" if split else repr(name)
     if labels.dtype.kind not in "iuf" or labels.ndim not in (1, 2) or (labels.ndim == 2 and labels.shape[1] != 1):
-        raise ValueError(f"The labels of {where} must be one integer per image, shape (N,). "
-                         f"Received: y {labels.dtype} {labels.shape}")
+        raise ValueError(
+            f"The labels of {where} must be one integer per image, shape (N,). "
+            f"Received: y {labels.dtype} {labels.shape}"
+        )
     labels = labels.reshape(-1)
     if labels.dtype.kind == "f" and not (np.isfinite(labels).all() and (labels == np.round(labels)).all()):
-        raise ValueError(f"The labels of {where} must be whole class numbers; float labels would be truncated. "
-                         f"Received: y {labels.dtype} with values such as {labels[labels != np.round(labels)][:3]}")
+        raise ValueError(
+            f"The labels of {where} must be whole class numbers; float labels would be truncated. "
+            f"Received: y {labels.dtype} with values such as {labels[labels != np.round(labels)][:3]}"
+        )
     if labels.size and labels.min() < 0:
         raise ValueError(f"The labels of {where} must be class numbers >= 0. Received: y with min {labels.min()}")
     if labels.size and labels.max() >= MAX_LABEL:  # before the cast: uint64 or float values beyond int64 would wrap
-        raise ValueError(f"The labels of {where} must be class numbers below {MAX_LABEL}. "
-                         f"Received: y with max {labels.max()}")
+        raise ValueError(
+            f"The labels of {where} must be class numbers below {MAX_LABEL}. Received: y with max {labels.max()}"
+        )
     return labels.astype("int64")
 
 
@@ -250,16 +277,22 @@ def load_arrays(name, split, *, data_dir=None, download=False):
             labels = _integer_labels(name, key, _npz_array(name, data, labels_key))
     where = f"{name!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
-        raise ValueError(f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
-                         f"Received: x {images.dtype} {images.shape}, y {labels.shape}")
+        raise ValueError(
+            f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
+            f"Received: x {images.dtype} {images.shape}, y {labels.shape}"
+        )
     if not len(images):
         raise ValueError(f"{where} holds no images. Received: x {images.shape}")
     if images.shape[1] != info.image_size:  # the model is built for the size of the training images
-        raise ValueError(f"The images of {where} must have the size of the dataset's training images "
-                         f"({info.image_size}x{info.image_size}). Received: x {images.dtype} {images.shape}")
+        raise ValueError(
+            f"The images of {where} must have the size of the dataset's training images "
+            f"({info.image_size}x{info.image_size}). Received: x {images.dtype} {images.shape}"
+        )
     if labels.max() >= info.num_classes:
-        raise ValueError(f"The labels of {where} must lie in [0, {info.num_classes}) for {info.num_classes} classes. "
-                         f"Received: y with max {labels.max()}")
+        raise ValueError(
+            f"The labels of {where} must lie in [0, {info.num_classes}) for {info.num_classes} classes. "
+            f"Received: y with max {labels.max()}"
+        )
     return images, labels.astype("int64")
 
 
@@ -283,7 +316,8 @@ def _tfds_dataset(name, split, data_dir, download):
         raise FileNotFoundError(
             f"{name} is not prepared in {str(data_dir or builder.data_dir)!r} (looked for {builder.data_dir}). "
             "Pass download=True (--download true) to fetch it with tensorflow-datasets, or point data_dir at a "
-            f"directory that holds it. Received: data_dir={str(data_dir or builder.data_dir)!r}") from None
+            f"directory that holds it. Received: data_dir={str(data_dir or builder.data_dir)!r}"
+        ) from None
 
 
 def _tfds_arrays(dataset, chunk=10_000):
@@ -300,8 +334,18 @@ def _tfds_arrays(dataset, chunk=10_000):
     return tuple(np.concatenate(parts) for parts in zip(*chunks))
 
 
-def load_dataset(name, split, *, batch_size, data_dir=None, download=False, augment=None, shuffle=None,
-                 seed=None, drop_remainder=None):
+def load_dataset(
+    name,
+    split,
+    *,
+    batch_size,
+    data_dir=None,
+    download=False,
+    augment=None,
+    shuffle=None,
+    seed=None,
+    drop_remainder=None,
+):
     """A batched ``tf.data.Dataset`` of (uint8 images, int64 labels) ready for a zoo model's ``fit``.
 
     Args:
@@ -359,4 +403,3 @@ def _augment(example, seed):
     padded = tf.pad(image, [[PAD, PAD], [PAD, PAD], [0, 0]])
     image = tf.image.stateless_random_crop(padded, shape, seed=crop_seed)
     return tf.image.stateless_random_flip_left_right(image, seed=flip_seed), label
-

@@ -18,9 +18,11 @@ import keras
 BACKEND_STRATEGIES = {"tensorflow": ("default", "mirrored", "multi_worker"), "jax": ("default", "data_parallel")}
 
 #: Keras' own environment variables for `keras.distribution.initialize`, which `initialize_processes` reads too.
-PROCESS_ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
-                       "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
-                       "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+PROCESS_ENVIRONMENT = {
+    "coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "process_id": "KERAS_DISTRIBUTION_PROCESS_ID",
+}
 
 
 def make_strategy(name):
@@ -55,10 +57,15 @@ def check_strategy(name):
     backend = keras.backend.backend()
     choices = BACKEND_STRATEGIES.get(backend, ("default",))
     if name not in choices:
-        engine = {"mirrored": "tf.distribute, the TensorFlow backend", "multi_worker": "tf.distribute, the "
-                  "TensorFlow backend", "data_parallel": "Keras' distribution API on the JAX backend"}.get(name)
-        raise ValueError(f"`strategy` {name!r} needs {engine or 'another backend'}; the backend is {backend!r}, "
-                         f"whose strategies are {', '.join(map(repr, choices))}. Received: strategy={name!r}")
+        engine = {
+            "mirrored": "tf.distribute, the TensorFlow backend",
+            "multi_worker": "tf.distribute, the TensorFlow backend",
+            "data_parallel": "Keras' distribution API on the JAX backend",
+        }.get(name)
+        raise ValueError(
+            f"`strategy` {name!r} needs {engine or 'another backend'}; the backend is {backend!r}, "
+            f"whose strategies are {', '.join(map(repr, choices))}. Received: strategy={name!r}"
+        )
     return backend
 
 
@@ -80,8 +87,10 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
     import jax
 
     given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
-    values = {name: os.environ.get(variable) if given[name] is None else given[name]
-              for name, variable in PROCESS_ENVIRONMENT.items()}
+    values = {
+        name: os.environ.get(variable) if given[name] is None else given[name]
+        for name, variable in PROCESS_ENVIRONMENT.items()
+    }
     for name in ("num_processes", "process_id"):
         values[name] = _whole_number(name, values[name])
     count, index = values["num_processes"], values["process_id"]
@@ -89,18 +98,23 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
         return jax.process_count() if jax.distributed.is_initialized() else 1
     if count is None or index is None or values["coordinator"] is None:
         missing = [name for name in ("coordinator", "num_processes", "process_id") if values[name] is None]
-        raise ValueError(f"A run of several processes needs the coordinator's address, the number of processes "
-                         f"and this process' id (--coordinator, --num-processes, --process-id, or "
-                         f"{', '.join(PROCESS_ENVIRONMENT.values())}); {', '.join(missing)} missing. Received: "
-                         + ", ".join(f"{name}={values[name]!r}" for name in PROCESS_ENVIRONMENT))
+        raise ValueError(
+            f"A run of several processes needs the coordinator's address, the number of processes "
+            f"and this process' id (--coordinator, --num-processes, --process-id, or "
+            f"{', '.join(PROCESS_ENVIRONMENT.values())}); {', '.join(missing)} missing. Received: "
+            + ", ".join(f"{name}={values[name]!r}" for name in PROCESS_ENVIRONMENT)
+        )
     if count < 1 or not 0 <= index < count:
-        raise ValueError(f"`process_id` must lie in [0, num_processes). Received: process_id={index}, "
-                         f"num_processes={count}")
+        raise ValueError(
+            f"`process_id` must lie in [0, num_processes). Received: process_id={index}, num_processes={count}"
+        )
     check_coordinator(values["coordinator"])
     if jax.distributed.is_initialized():
         if jax.process_count() != count or jax.process_index() != index:
-            raise ValueError(f"This process already joined a run of {jax.process_count()} processes as process "
-                             f"{jax.process_index()}. Received: num_processes={count}, process_id={index}")
+            raise ValueError(
+                f"This process already joined a run of {jax.process_count()} processes as process "
+                f"{jax.process_index()}. Received: num_processes={count}, process_id={index}"
+            )
         return count
     keras.distribution.initialize(values["coordinator"], num_processes=count, process_id=index)
     return count
@@ -113,8 +127,10 @@ def check_coordinator(address):
     """
     host, separator, port = str(address).rpartition(":")
     if not (separator and host and port.isdigit() and 1 <= int(port) <= 65535):
-        raise ValueError(f"`coordinator` must be the coordinator's address as host:port, with a port from 1 to "
-                         f"65535 (process 0 listens there). Received: coordinator={address!r}")
+        raise ValueError(
+            f"`coordinator` must be the coordinator's address as host:port, with a port from 1 to "
+            f"65535 (process 0 listens there). Received: coordinator={address!r}"
+        )
 
 
 def _whole_number(name, value):

@@ -93,7 +93,8 @@ def _history_figures(run, drawn, absent):
     centers = load_centers_history(run.centers_history)
     if centers:
         drawn["centers_history"] = plot_centers_history(
-            centers, title=f"Attention centers of {run.path.name} during training (Figure 3)")
+            centers, title=f"Attention centers of {run.path.name} during training (Figure 3)"
+        )
     else:
         absent["centers_history"] = f"no {run.CENTERS} in {run.path} (recorded for quadratic and Gaussian heads)"
 
@@ -137,8 +138,11 @@ def _attention_figures(metadata, model, drawn, absent):
     for index, (image, label) in enumerate(zip(images, labels)):
         label_name = names[label] if names is not None and label < len(names) else f"class {label}"
         drawn[f"attention_maps_{index}"] = plot_attention_maps(
-            model, image, map_queries(height, width),
-            title=f"{model.name}: attention of every head, {split} image {index} ({label_name}) (Figures 5, 6)")
+            model,
+            image,
+            map_queries(height, width),
+            title=f"{model.name}: attention of every head, {split} image {index} ({label_name}) (Figures 5, 6)",
+        )
 
 
 def run_figures(source):
@@ -152,8 +156,10 @@ def run_figures(source):
     _attention_figures(metadata, model, drawn, absent)
     if not drawn:
         reasons = "; ".join(f"{name}: {why}" for name, why in absent.items())
-        raise ValueError(f"Nothing to draw for {source}: its model {model.name} ({type(model).__name__}) gives no "
-                         f"figure: {reasons}. Received: source={str(source)!r}")
+        raise ValueError(
+            f"Nothing to draw for {source}: its model {model.name} ({type(model).__name__}) gives no "
+            f"figure: {reasons}. Received: source={str(source)!r}"
+        )
     return RunFigures(drawn, absent)
 
 
@@ -162,8 +168,11 @@ def _is_a_runs_own_figures(directory):
     from keras_attnconv.training.run_directory import RunDirectory
 
     directory = Path(directory)
-    return (directory.name == RunDirectory.FIGURES and not directory.is_symlink()
-            and RunDirectory(directory.parent).is_ours())
+    return (
+        directory.name == RunDirectory.FIGURES
+        and not directory.is_symlink()
+        and RunDirectory(directory.parent).is_ours()
+    )
 
 
 def _marked_ancestor(directory):
@@ -180,13 +189,17 @@ def check_figures_directory(directory, argument="output"):
     """
     kind = mark_of(directory)
     if kind not in (None, "figures"):
-        raise ForeignDirectoryError(f"{directory} is {what_it_holds(directory)}: figures go into a directory of "
-                                    f"their own. Pass another {argument}. Received: {argument}={str(directory)!r}")
+        raise ForeignDirectoryError(
+            f"{directory} is {what_it_holds(directory)}: figures go into a directory of "
+            f"their own. Pass another {argument}. Received: {argument}={str(directory)!r}"
+        )
     owner = None if _is_a_runs_own_figures(directory) else _marked_ancestor(directory)
     if owner is not None:
-        raise ForeignDirectoryError(f"{directory} is inside {owner}, {what_it_holds(owner)}: figures go into a "
-                                    f"directory of their own. Pass another {argument}. "
-                                    f"Received: {argument}={str(directory)!r}")
+        raise ForeignDirectoryError(
+            f"{directory} is inside {owner}, {what_it_holds(owner)}: figures go into a "
+            f"directory of their own. Pass another {argument}. "
+            f"Received: {argument}={str(directory)!r}"
+        )
 
 
 def write_figures(figures, directory, dpi=100, argument="output"):
@@ -203,8 +216,10 @@ def write_figures(figures, directory, dpi=100, argument="output"):
         taken = [path for files in paths.values() for path in files if os.path.lexists(path)]  # a link too
         if taken:
             link = f" (a link to {directory.resolve()})" if directory.is_symlink() else ""
-            raise FileExistsError(f"{taken[0]} exists in {directory}{link}, a directory the package did not make: it "
-                                  f"is never replaced. Pass another {argument}. Received: {argument}={str(directory)!r}")
+            raise FileExistsError(
+                f"{taken[0]} exists in {directory}{link}, a directory the package did not make: it "
+                f"is never replaced. Pass another {argument}. Received: {argument}={str(directory)!r}"
+            )
     elif mark_of(directory) is None:
         write_mark(directory, "figures")
     return [path for name, figure in figures.items() for path in write_figure(figure, directory / name, dpi)]

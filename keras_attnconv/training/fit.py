@@ -104,8 +104,11 @@ def train(config):
         wait_for_every_process(plan.strategy, "run directory ready")
         with tempfile.TemporaryDirectory(prefix="attnconv-worker-") as scratch:
             run.copy_decisions_to(RunDirectory(scratch))
-            return {**_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir), "run_dir": str(run),
-                    "chief": False}
+            return {
+                **_fit(config, plan, RunDirectory(scratch), resume_from=run.backup_dir),
+                "run_dir": str(run),
+                "chief": False,
+            }
     run.claim()
     with run.lock():
         if check_same_run(run, resolved):  # again, now that no other process can write it
@@ -117,9 +120,12 @@ def train(config):
         except OSError as error:
             if error.errno != errno.ENOSPC:
                 raise
-            raise OSError(errno.ENOSPC, f"No space left on the device of the run directory ({error}): the last "
-                                        "complete backup is kept. Free some space and run the same command again "
-                                        f"to resume. Received: run_dir={str(run)!r}") from None
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on the device of the run directory ({error}): the last "
+                "complete backup is kept. Free some space and run the same command again "
+                f"to resume. Received: run_dir={str(run)!r}",
+            ) from None
 
 
 def _save_best_as_preset(config, plan, run):
@@ -136,12 +142,20 @@ def _save_best_as_preset(config, plan, run):
     best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
     record = json.loads(run.best_record.read_text())
-    metrics = {"epoch": record["epoch"], "eval_split": plan.eval_split, "eval_loss": float(loss),
-               "eval_accuracy": float(accuracy),
-               "eval_examples": len(plan.eval_batches.labels)}  # the export's check for chance needs it
-    metadata = {"weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
-                "dataset": config.dataset, "metrics": metrics, "recipe": resolved_config(config, run),
-                "training_run": run.path_from_preset()}
+    metrics = {
+        "epoch": record["epoch"],
+        "eval_split": plan.eval_split,
+        "eval_loss": float(loss),
+        "eval_accuracy": float(accuracy),
+        "eval_examples": len(plan.eval_batches.labels),
+    }  # the export's check for chance needs it
+    metadata = {
+        "weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
+        "dataset": config.dataset,
+        "metrics": metrics,
+        "recipe": resolved_config(config, run),
+        "training_run": run.path_from_preset(),
+    }
     return save_to_preset(best, run.preset_dir, metadata=metadata)
 
 
@@ -150,8 +164,12 @@ def run_optimizer(config, schedule):
     from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
     from keras_attnconv.optim import CoupledWeightDecaySGD
 
-    return CoupledWeightDecaySGD(schedule, momentum=config.momentum, weight_decay=config.weight_decay,
-                                 no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS)
+    return CoupledWeightDecaySGD(
+        schedule,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS,
+    )
 
 
 def _fit(config, plan, run, resume_from=None):
@@ -160,9 +178,9 @@ def _fit(config, plan, run, resume_from=None):
 
 
 def _fit_in_scope(config, plan, run, resume_from):
-    from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.models.step_compilation import auto_source, describe_step_path, resolve_jit_compile_for
     from keras_attnconv.models.summary import trainable_parameters
+    from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.utils.reports import device_description, package_revision
 
     with build_scope(plan.strategy):
@@ -173,9 +191,12 @@ def _fit_in_scope(config, plan, run, resume_from):
         jit_compile = resolve_jit_compile_for(model, config.jit_compile, config.precision)
         if config.verbose:
             why = f": {auto_source(model, config.precision)}" if config.jit_compile == "auto" else ""
-            print(f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}{why}, "
-                  f"{config.precision}); it is compiled during the first epoch, which takes longer (a minute or "
-                  f"more on a CPU)", file=sys.stderr)
+            print(
+                f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}{why}, "
+                f"{config.precision}); it is compiled during the first epoch, which takes longer (a minute or "
+                f"more on a CPU)",
+                file=sys.stderr,
+            )
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
             optimizer=run_optimizer(config, plan.schedule),
@@ -206,8 +227,11 @@ def _fit_in_scope(config, plan, run, resume_from):
         callbacks=[
             EpochSync(plan.train_batches),
             StopOnNonFiniteLoss(),  # before any callback that writes
-            StopWhenNothingLearned(plan.model_config.num_classes, len(plan.eval_batches.labels),
-                                   first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch)),
+            StopWhenNothingLearned(
+                plan.model_config.num_classes,
+                len(plan.eval_batches.labels),
+                first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch),
+            ),
             BestCheckpoint(run.best_checkpoint),
             *_logging_callbacks(run),
             throughput,

@@ -52,8 +52,9 @@ def check_exists(name):
     to nothing: a folder (or a file) that is not there, rather than an unknown dataset name."""
     text = str(name)
     if (os.sep in text or "/" in text or text.startswith(("~", "."))) and not Path(text).expanduser().exists():
-        raise FileNotFoundError(f"No image folder (or .npz file) at {str(Path(text).expanduser())!r}. "
-                                f"Received: name={text!r}")
+        raise FileNotFoundError(
+            f"No image folder (or .npz file) at {str(Path(text).expanduser())!r}. Received: name={text!r}"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared by identity: the key of the decoded arrays' cache
@@ -76,16 +77,18 @@ def folder_info(name):
     data = _decoded(scan)
     eval_split = next((s for s in ("test", "validation") if s in scan.splits), "test")
     mean, std = (tuple(data["mean"].tolist()), tuple(data["std"].tolist())) if data["mean"].size else (None, None)
-    return DatasetInfo(str(name), len(scan.class_names), scan.class_names, mean, std, eval_split,
-                       int(data["image_size"]))
+    return DatasetInfo(
+        str(name), len(scan.class_names), scan.class_names, mean, std, eval_split, int(data["image_size"])
+    )
 
 
 def folder_arrays(name, split):
     """(uint8 images NHWC, read-only; int64 labels) of one split of the image folder `name`."""
     scan = _current_scan(name)
     if split not in scan.splits:
-        raise ValueError(f"{str(name)!r} has no split {split!r}; it has {sorted(scan.splits)}. "
-                         f"Received: split={split!r}")
+        raise ValueError(
+            f"{str(name)!r} has no split {split!r}; it has {sorted(scan.splits)}. Received: split={split!r}"
+        )
     data = _decoded(scan)
     return data[f"x_{split}"], data[f"y_{split}"].copy()
 
@@ -123,14 +126,18 @@ def _scan(name, root):
     names = {split: [folder.name for folder in found] for split, found in classes.items()}
     class_names = tuple(sorted(set().union(*names.values())))
     if not class_names:
-        raise ValueError(f"{str(shown)!r} holds no class folders: an image folder is DIR/<class>/<images> or "
-                         f"DIR/<split>/<class>/<images> (JPEG or PNG). Received: name={name!r}")
+        raise ValueError(
+            f"{str(shown)!r} holds no class folders: an image folder is DIR/<class>/<images> or "
+            f"DIR/<split>/<class>/<images> (JPEG or PNG). Received: name={name!r}"
+        )
     for split, found in names.items():
         if found != list(class_names):
             missing = next(c for c in class_names if c not in found)
             has = next(s for s in names if missing in names[s])
-            raise ValueError(f"The class {missing!r} of {str(shown)!r} is in its split {has!r} but not in {split!r}: "
-                             f"every split needs the same class folders. Received: {split} classes {found}")
+            raise ValueError(
+                f"The class {missing!r} of {str(shown)!r} is in its split {has!r} but not in {split!r}: "
+                f"every split needs the same class folders. Received: {split} classes {found}"
+            )
     if len(class_names) < 2:
         raise ValueError(f"{str(shown)!r} needs at least 2 class folders. Received: classes {list(class_names)}")
     files = {}  # split -> [(relative path, label, stat)]
@@ -138,18 +145,26 @@ def _scan(name, root):
         for folder in found:
             images = _images_under(folder, directories, skipped, root, set())
             if not images:
-                raise ValueError(f"The class folder {str(shown / folder.relative_to(root))!r} holds no JPEG or PNG "
-                                 f"images. Received: name={name!r}")
+                raise ValueError(
+                    f"The class folder {str(shown / folder.relative_to(root))!r} holds no JPEG or PNG "
+                    f"images. Received: name={name!r}"
+                )
             label = class_names.index(folder.name)
             files.setdefault(split, []).extend([(path, label, stat) for path, stat in images])
     if not by_split:
         files = _held_out(files[""])
     if skipped:
-        print(f"keras_attnconv: skipped {len(skipped)} files or folders under {str(shown)!r} that are not JPEG/PNG "
-              f"images in a class folder (hidden, another extension, or outside the class folders), e.g. "
-              f"{os.path.relpath(skipped[0], root)!r}", file=sys.stderr)
-    content = [f"{split}\0{path}\0{label}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
-               for split, entries in files.items() for path, label, stat in entries]
+        print(
+            f"keras_attnconv: skipped {len(skipped)} files or folders under {str(shown)!r} that are not JPEG/PNG "
+            f"images in a class folder (hidden, another extension, or outside the class folders), e.g. "
+            f"{os.path.relpath(skipped[0], root)!r}",
+            file=sys.stderr,
+        )
+    content = [
+        f"{split}\0{path}\0{label}\0{stat.st_size}\0{stat.st_mtime_ns}\n"
+        for split, entries in files.items()
+        for path, label, stat in entries
+    ]
     digest = hashlib.sha256(f"{CACHE_FORMAT}\0{HELD_OUT_FRACTION}\0{SPLIT_SEED}\n{''.join(content)}".encode())
     splits = {split: tuple((path, label) for path, label, _ in entries) for split, entries in files.items()}
     return _Scan(name, root, class_names, splits, digest.hexdigest(), tuple(directories))
@@ -197,6 +212,7 @@ def _images_under(folder, directories, skipped, root, seen):
 def _held_out(entries):
     """{"train": ..., "test": ...} of a folder without splits: per class, the `HELD_OUT_FRACTION` of its images
     whose digest of (`SPLIT_SEED`, path) ranks lowest (at least one of a class of two or more) go to "test"."""
+
     def rank(entry):
         return hashlib.sha256(f"{SPLIT_SEED}\0{entry[0]}".encode()).hexdigest()
 
@@ -242,8 +258,11 @@ def _read_cache(path, scan):
 def _write_cache(path, scan, data):
     """Writes the cache file atomically and removes this folder's older ones; a failure only costs a decode."""
     if scan.root == path.parent.resolve() or scan.root in path.parent.resolve().parents:
-        print(f"keras_attnconv: not caching the decoded images of {scan.name!r}: the cache {str(path.parent)!r} "
-              f"is inside it (set KERAS_ATTNCONV_CACHE elsewhere)", file=sys.stderr)
+        print(
+            f"keras_attnconv: not caching the decoded images of {scan.name!r}: the cache {str(path.parent)!r} "
+            f"is inside it (set KERAS_ATTNCONV_CACHE elsewhere)",
+            file=sys.stderr,
+        )
         return
     try:
         write_atomically(path, lambda tmp: np.savez(tmp, key=np.array(scan.key), **data))
@@ -251,8 +270,11 @@ def _write_cache(path, scan, data):
             if old != path:
                 old.unlink(missing_ok=True)
     except OSError as error:
-        print(f"keras_attnconv: could not cache the decoded images of {scan.name!r} in {str(path.parent)!r} "
-              f"({error}); they will be decoded again next time", file=sys.stderr)
+        print(
+            f"keras_attnconv: could not cache the decoded images of {scan.name!r} in {str(path.parent)!r} "
+            f"({error}); they will be decoded again next time",
+            file=sys.stderr,
+        )
 
 
 def _decode(scan):
@@ -263,18 +285,23 @@ def _decode(scan):
     images = _decode_all(paths, scan.name)
     height, width = images[0].shape[:2]
     if height != width:
-        raise ValueError(f"The images of {str(shown)!r} must be square (HxH) for a model, resized or cropped "
-                         f"beforehand: {paths[0]!r} is {height}x{width} (height x width). Received: name={scan.name!r}")
+        raise ValueError(
+            f"The images of {str(shown)!r} must be square (HxH) for a model, resized or cropped "
+            f"beforehand: {paths[0]!r} is {height}x{width} (height x width). Received: name={scan.name!r}"
+        )
     for path, image in zip(paths, images):
         if image.shape[:2] != (height, width):
-            raise ValueError(f"{path!r} is {image.shape[0]}x{image.shape[1]} (height x width), but the training images "
-                             f"are {height}x{width} (as {paths[0]!r}): every image of a folder must have that size; "
-                             f"resize them beforehand. Received: name={scan.name!r}")
+            raise ValueError(
+                f"{path!r} is {image.shape[0]}x{image.shape[1]} (height x width), but the training images "
+                f"are {height}x{width} (as {paths[0]!r}): every image of a folder must have that size; "
+                f"resize them beforehand. Received: name={scan.name!r}"
+            )
     data, start = {}, 0
     for split in order:
         count = len(scan.splits[split])
-        data[f"x_{split}"] = np.stack(images[start:start + count]) if count else np.zeros((0, height, width, 3),
-                                                                                        np.uint8)
+        data[f"x_{split}"] = (
+            np.stack(images[start : start + count]) if count else np.zeros((0, height, width, 3), np.uint8)
+        )
         data[f"y_{split}"] = np.array([label for _, label in scan.splits[split]], np.int64)
         start += count
     mean, std = _channel_statistics(data["x_train"]) if "x_train" in data else (None, None)
@@ -299,7 +326,7 @@ def _decode_all(paths, name):
         pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     else:
         pool = concurrent.futures.ThreadPoolExecutor(workers)
-    chunks = [paths[i:i + CHUNK] for i in range(0, len(paths), CHUNK)]
+    chunks = [paths[i : i + CHUNK] for i in range(0, len(paths), CHUNK)]
     try:
         return [image for chunk in pool.map(_decode_chunk, chunks, [name] * len(chunks)) for image in chunk]
     finally:
@@ -316,6 +343,8 @@ def _decode_chunk(paths, name):
             with Image.open(path, formats=("JPEG", "PNG")) as image:
                 images.append(np.asarray(image if image.mode == "RGB" else image.convert("RGB")))
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-            raise ValueError(f"{path!r} cannot be read as a JPEG or PNG image ({type(error).__name__}: {error}). "
-                             f"Received: name={name!r}") from None
+            raise ValueError(
+                f"{path!r} cannot be read as a JPEG or PNG image ({type(error).__name__}: {error}). "
+                f"Received: name={name!r}"
+            ) from None
     return images

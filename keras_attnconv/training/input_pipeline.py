@@ -46,31 +46,50 @@ class ArrayBatches(keras.utils.PyDataset):
         **kwargs: `keras.utils.PyDataset` arguments (workers, ...).
     """
 
-    def __init__(self, images, labels, *, batch_size, augment=False, shuffle=False, seed=None,
-                 drop_remainder=False, steps_per_epoch=None, shard=(0, 1), **kwargs):
+    def __init__(
+        self,
+        images,
+        labels,
+        *,
+        batch_size,
+        augment=False,
+        shuffle=False,
+        seed=None,
+        drop_remainder=False,
+        steps_per_epoch=None,
+        shard=(0, 1),
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         check_positive_int("batch_size", batch_size)
         check_positive_int("steps_per_epoch", steps_per_epoch, allow_none=True)
         index, count = shard
         if not 0 <= index < count or batch_size % count:
-            raise ValueError(f"`shard` must be (index, count) with 0 <= index < count and a batch_size that "
-                             f"divides into count slices. Received: shard={shard!r}, batch_size={batch_size}")
+            raise ValueError(
+                f"`shard` must be (index, count) with 0 <= index < count and a batch_size that "
+                f"divides into count slices. Received: shard={shard!r}, batch_size={batch_size}"
+            )
         self.shard = (index, count)
         images = np.asarray(images)
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
-            raise ValueError("`images` must be the raw pixels, a uint8 array (N, H, W, 3). "
-                             f"Received: images {images.dtype} {images.shape}")
+            raise ValueError(
+                "`images` must be the raw pixels, a uint8 array (N, H, W, 3). "
+                f"Received: images {images.dtype} {images.shape}"
+            )
         self.images, self.labels = images, np.asarray(labels, "int64")
         if self.labels.shape != (len(images),):
-            raise ValueError(f"`labels` must hold one class number per image, shape ({len(images)},). "
-                             f"Received: labels of shape {self.labels.shape} for {len(images)} images")
+            raise ValueError(
+                f"`labels` must hold one class number per image, shape ({len(images)},). "
+                f"Received: labels of shape {self.labels.shape} for {len(images)} images"
+            )
         self.batch_size = batch_size
         full, remainder = divmod(len(self.images), batch_size)
         self.batches_per_pass = full if drop_remainder else full + bool(remainder)
         self.full_batches = drop_remainder or not remainder
         if self.batches_per_pass < 1:
-            raise ValueError(f"The data holds {len(self.images)} images, fewer than one batch. "
-                             f"Received: batch_size={batch_size}")
+            raise ValueError(
+                f"The data holds {len(self.images)} images, fewer than one batch. Received: batch_size={batch_size}"
+            )
         self.augment, self.shuffle = augment, shuffle
         self.seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else int(seed)
         self.steps_per_epoch = steps_per_epoch
@@ -82,8 +101,11 @@ class ArrayBatches(keras.utils.PyDataset):
 
     def _order(self, data_pass):
         if self._order_cache[0] != data_pass:
-            order = (np.random.default_rng([self.seed, data_pass]).permutation(len(self.images)) if self.shuffle
-                     else np.arange(len(self.images)))
+            order = (
+                np.random.default_rng([self.seed, data_pass]).permutation(len(self.images))
+                if self.shuffle
+                else np.arange(len(self.images))
+            )
             self._order_cache = (data_pass, order)
         return self._order_cache[1]
 
@@ -91,7 +113,7 @@ class ArrayBatches(keras.utils.PyDataset):
         if not 0 <= index < len(self):
             raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
         data_pass, batch = divmod(self.epoch * len(self) + index, self.batches_per_pass)
-        rows = self._order(data_pass)[batch * self.batch_size:(batch + 1) * self.batch_size]
+        rows = self._order(data_pass)[batch * self.batch_size : (batch + 1) * self.batch_size]
         images = self.images[rows]
         if self.augment:
             images = augment_batch(images, np.random.default_rng([self.seed, data_pass, batch]))

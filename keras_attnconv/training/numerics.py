@@ -32,12 +32,28 @@ from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.reports import device_description, json_settings, write_report
 
-NUMERICS_FULL = {"recipe": "quick", "epochs": None, "sizes": (32, 64), "batch": 8,
-                 "hidden": 400, "heads": 9, "alpha": 1e4, "accuracy_points": 2.0}
-NUMERICS_QUICK = {"recipe": "quick", "epochs": 1, "sizes": (4, 6), "batch": 2,
-                  "hidden": 8, "heads": 4, "alpha": 1e4, "accuracy_points": 100.0,
-                  "model_overrides": {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
-                  "image_size": 8}
+NUMERICS_FULL = {
+    "recipe": "quick",
+    "epochs": None,
+    "sizes": (32, 64),
+    "batch": 8,
+    "hidden": 400,
+    "heads": 9,
+    "alpha": 1e4,
+    "accuracy_points": 2.0,
+}
+NUMERICS_QUICK = {
+    "recipe": "quick",
+    "epochs": 1,
+    "sizes": (4, 6),
+    "batch": 2,
+    "hidden": 8,
+    "heads": 4,
+    "alpha": 1e4,
+    "accuracy_points": 100.0,
+    "model_overrides": {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+    "image_size": 8,
+}
 # Largest |separable - general| / max |general| accepted per compute dtype: a few units in the last place of
 # the dtype's mantissa (TF32's 10 bits for float32 on a GPU), accumulated over the keys.
 RELATIVE_TOLERANCE = {"float32": 2e-3, "bfloat16": 3e-2, "float16": 5e-3}
@@ -60,19 +76,30 @@ def _shown(value, spec):
 
 def training_agreement(recipe, epochs, run_dir, accuracy_points, model_overrides=None, image_size=None, **_):
     """The recipe trained in each precision: accuracy, finite losses, distance to float32 in points."""
-    from keras_attnconv.training.recipe import load_recipe
     from keras_attnconv.training.fit import train
+    from keras_attnconv.training.recipe import load_recipe
 
     dataset = _cropped_sample(run_dir, image_size) if image_size else None
     rows = []
     for precision in PRECISIONS:
         # What is None here is not an override: the recipe's own epochs, model and dataset.
         given = {"epochs": epochs, "model_overrides": model_overrides, "dataset": dataset}
-        config = load_recipe(_recipe_path(recipe), precision=precision, run_dir=os.path.join(run_dir, precision),
-                             verbose=0, **{k: v for k, v in given.items() if v is not None})
+        config = load_recipe(
+            _recipe_path(recipe),
+            precision=precision,
+            run_dir=os.path.join(run_dir, precision),
+            verbose=0,
+            **{k: v for k, v in given.items() if v is not None},
+        )
         metrics = train(config)
-        rows.append({"precision": precision, "eval_accuracy": metrics["eval_accuracy"],
-                     "finite": bool(np.isfinite(_losses(config.run_dir)).all()), "epochs": config.epochs})
+        rows.append(
+            {
+                "precision": precision,
+                "eval_accuracy": metrics["eval_accuracy"],
+                "finite": bool(np.isfinite(_losses(config.run_dir)).all()),
+                "epochs": config.epochs,
+            }
+        )
     reference = rows[0]["eval_accuracy"]
     for row in rows:
         row["points_from_float32"] = 100 * (row["eval_accuracy"] - reference)
@@ -98,7 +125,7 @@ def _cropped_sample(run_dir, size):
 
     x, y = load_arrays("cifar10_sample", "train")
     start = (x.shape[1] - size) // 2
-    crop = x[:200, start:start + size, start:start + size]
+    crop = x[:200, start : start + size, start : start + size]
     path = os.path.join(run_dir, f"sample_{size}.npz")
     os.makedirs(run_dir, exist_ok=True)
     np.savez(path, x_train=crop[:160], y_train=y[:160], x_test=crop[160:], y_test=y[160:200])
@@ -115,14 +142,14 @@ def far_centers(alpha, **_):
             layer = RelativeMultiHeadAttention(4, separable=separable, dtype=precision)
             model = keras.Model(inputs, layer(inputs))
             model.dtype_policy = keras.DTypePolicy(precision)
-            layer.position_score.centers.assign(np.array([[0.3, -0.7], [40.0, -55.0], [-1e3, 2e3], [2.0, 1.0]],
-                                                         "float32"))
+            layer.position_score.centers.assign(
+                np.array([[0.3, -0.7], [40.0, -55.0], [-1e3, 2e3], [2.0, 1.0]], "float32")
+            )
             layer.position_score.set_alpha(np.full(4, alpha, "float32"))
             model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=True)
             x = np.random.default_rng(0).normal(size=(2, 6, 5, 4)).astype("float32")
             loss = model.train_on_batch(x, np.zeros_like(x))
-            finite = bool(np.isfinite(loss)) and all(np.isfinite(ops.convert_to_numpy(w)).all()
-                                                     for w in model.weights)
+            finite = bool(np.isfinite(loss)) and all(np.isfinite(ops.convert_to_numpy(w)).all() for w in model.weights)
             rows.append({"precision": precision, "path": layer.attention_mode, "loss": _measured(loss), "ok": finite})
     return rows
 
@@ -133,8 +160,9 @@ def large_grids(sizes, batch, hidden, heads, **_):
     for size in sizes:
         x = np.random.default_rng(0).normal(size=(batch, size, size, hidden)).astype("float32")
         for precision in PRECISIONS:
-            fast, general = (RelativeMultiHeadAttention(heads, separable=separable, dtype=precision)
-                             for separable in (True, False))
+            fast, general = (
+                RelativeMultiHeadAttention(heads, separable=separable, dtype=precision) for separable in (True, False)
+            )
             fast.build(x.shape)
             general.build(x.shape)
             general.set_weights(fast.get_weights())
@@ -142,9 +170,16 @@ def large_grids(sizes, batch, hidden, heads, **_):
             scale = float(np.abs(general_y).max())
             relative = float(np.abs(fast_y - general_y).max() / scale)
             tolerance = RELATIVE_TOLERANCE[keras.DTypePolicy(precision).compute_dtype]
-            rows.append({"tokens": f"{size}x{size}", "batch": batch, "precision": precision,
-                         "relative_difference": _measured(relative), "tolerance": tolerance,
-                         "ok": bool(np.isfinite(fast_y).all()) and relative <= tolerance})
+            rows.append(
+                {
+                    "tokens": f"{size}x{size}",
+                    "batch": batch,
+                    "precision": precision,
+                    "relative_difference": _measured(relative),
+                    "tolerance": tolerance,
+                    "ok": bool(np.isfinite(fast_y).all()) and relative <= tolerance,
+                }
+            )
             del fast, general
     return rows
 
@@ -157,10 +192,14 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
     """
     run_dir = run_dir or tempfile.mkdtemp(prefix="attnconv-numerics-")
     settings = {**(NUMERICS_QUICK if quick else NUMERICS_FULL), **overrides}
-    results = {"command": command, "device": device_description(),
-               "settings": json_settings(settings),
-               "large_grids": large_grids(**settings), "far_centers": far_centers(**settings),
-               "training": training_agreement(**settings, run_dir=run_dir)}
+    results = {
+        "command": command,
+        "device": device_description(),
+        "settings": json_settings(settings),
+        "large_grids": large_grids(**settings),
+        "far_centers": far_centers(**settings),
+        "training": training_agreement(**settings, run_dir=run_dir),
+    }
     results["ok"] = all(row["ok"] for part in ("large_grids", "far_centers", "training") for row in results[part])
     write_report(output, results, numerics_markdown(results))
     return results
@@ -171,19 +210,39 @@ def numerics_markdown(results):
     lines = [f"Device: {device['device']}; backend {device['backend']}, Keras {device['keras']}.", ""]
     if results.get("command"):
         lines += [f"Command: `{results['command']}`", ""]
-    lines += [f"Training (`{settings['recipe']}`), accuracy within {settings['accuracy_points']:g} points of "
-              "float32, finite losses:", "", "| precision | accuracy | points from float32 | finite | ok |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {100 * r['eval_accuracy']:.1f}% | {r['points_from_float32']:+.1f} "
-              f"| {r['finite']} | {r['ok']} |" for r in results["training"]]
-    lines += ["", f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:", "",
-              "| precision | path | loss | finite |", "|---|---|---|---|"]
-    lines += [f"| {r['precision']} | {r['path']} | {_shown(r['loss'], '.4g')} | {r['ok']} |"
-              for r in results["far_centers"]]
-    lines += ["", f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}), separable vs "
-              "general path:", "", "| tokens | batch | precision | max relative difference | tolerance | ok |",
-              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['tokens']} | {r['batch']} | {r['precision']} | {_shown(r['relative_difference'], '.1e')} "
-              f"| {r['tolerance']:.0e} | {r['ok']} |" for r in results["large_grids"]]
+    lines += [
+        f"Training (`{settings['recipe']}`), accuracy within {settings['accuracy_points']:g} points of "
+        "float32, finite losses:",
+        "",
+        "| precision | accuracy | points from float32 | finite | ok |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['precision']} | {100 * r['eval_accuracy']:.1f}% | {r['points_from_float32']:+.1f} "
+        f"| {r['finite']} | {r['ok']} |"
+        for r in results["training"]
+    ]
+    lines += [
+        "",
+        f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:",
+        "",
+        "| precision | path | loss | finite |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['precision']} | {r['path']} | {_shown(r['loss'], '.4g')} | {r['ok']} |" for r in results["far_centers"]
+    ]
+    lines += [
+        "",
+        f"Attention layer ({settings['heads']} heads, hidden {settings['hidden']}), separable vs general path:",
+        "",
+        "| tokens | batch | precision | max relative difference | tolerance | ok |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['tokens']} | {r['batch']} | {r['precision']} | {_shown(r['relative_difference'], '.1e')} "
+        f"| {r['tolerance']:.0e} | {r['ok']} |"
+        for r in results["large_grids"]
+    ]
     lines += ["", f"All checks passed: {results['ok']}."]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""What a run needs (dataset, model configuration, batches, schedule, strategy), computed and checked before it writes."""
+"""What a run needs (dataset, model config, batches, schedule, strategy), computed and checked before it writes."""
 
 import dataclasses
 
@@ -22,25 +22,32 @@ class RunPlan:
 
 def checked_model_config(config, info):
     """The model's config for `config` on a dataset (`DatasetInfo`), validated; loads no data."""
-    from keras_attnconv.training.data import pixel_statistics
     from keras_attnconv.models import get_model_config
+    from keras_attnconv.training.data import pixel_statistics
 
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
     for field, value in from_dataset.items():
         if field in config.model_overrides and config.model_overrides[field] != value:
-            raise ValueError(f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
-                             f"overridden. Received: model_overrides={config.model_overrides!r}")
+            raise ValueError(
+                f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
+                f"overridden. Received: model_overrides={config.model_overrides!r}"
+            )
     mean, std = pixel_statistics(info, config.normalization)
-    model_fields = {**from_dataset, "class_names": info.class_names, "pixel_mean": mean, "pixel_std": std,
-                    **config.model_overrides}
+    model_fields = {
+        **from_dataset,
+        "class_names": info.class_names,
+        "pixel_mean": mean,
+        "pixel_std": std,
+        **config.model_overrides,
+    }
     return get_model_config(config.model, **model_fields)
 
 
 def plan_run(config):
     """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
+    from keras_attnconv.optim import run_schedule
     from keras_attnconv.training.data import dataset_info, load_arrays
     from keras_attnconv.training.input_pipeline import ArrayBatches
-    from keras_attnconv.optim import run_schedule
 
     info = dataset_info(config.dataset)
     model_config = checked_model_config(config, info)
@@ -51,19 +58,36 @@ def plan_run(config):
     strategy = make_strategy(config.strategy)
     replicas = replica_count(strategy)
     if config.batch_size % replicas:
-        raise ValueError(f"`batch_size` must divide evenly across the {replicas} replicas of the "
-                         f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}")
+        raise ValueError(
+            f"`batch_size` must divide evenly across the {replicas} replicas of the "
+            f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}"
+        )
     if not uses_tf_data(strategy):
         check_last_batch(config, len(eval_arrays[0]), eval_split, replicas)
     shard = process_shard(strategy)
-    train_batches = ArrayBatches(*train_arrays, augment=True, shuffle=True, seed=config.seed, drop_remainder=True,
-                                 steps_per_epoch=config.steps_per_epoch, batch_size=config.batch_size, shard=shard)
+    train_batches = ArrayBatches(
+        *train_arrays,
+        augment=True,
+        shuffle=True,
+        seed=config.seed,
+        drop_remainder=True,
+        steps_per_epoch=config.steps_per_epoch,
+        batch_size=config.batch_size,
+        shard=shard,
+    )
     eval_batches = ArrayBatches(*eval_arrays, batch_size=config.batch_size, shard=shard)
     steps_per_epoch = len(train_batches)
-    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, steps_per_epoch,
-                            config.warmup_ratio, config.min_warmup_epochs)
-    return RunPlan(info, model_config, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy,
-                   replicas)
+    schedule = run_schedule(
+        config.schedule,
+        config.learning_rate,
+        config.epochs,
+        steps_per_epoch,
+        config.warmup_ratio,
+        config.min_warmup_epochs,
+    )
+    return RunPlan(
+        info, model_config, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas
+    )
 
 
 def check_last_batch(config, images, split, replicas):
@@ -74,9 +98,11 @@ def check_last_batch(config, images, split, replicas):
     """
     last = images % config.batch_size
     if replicas > 1 and last % replicas:
-        raise ValueError(f"The {images} images of the {split!r} split leave a last batch of {last}, which does not "
-                         f"divide across the {replicas} replicas of the {config.strategy!r} strategy: choose a "
-                         f"batch_size whose remainder does (or none). Received: batch_size={config.batch_size}")
+        raise ValueError(
+            f"The {images} images of the {split!r} split leave a last batch of {last}, which does not "
+            f"divide across the {replicas} replicas of the {config.strategy!r} strategy: choose a "
+            f"batch_size whose remainder does (or none). Received: batch_size={config.batch_size}"
+        )
 
 
 def check_run(config, *, models=()):

@@ -96,8 +96,9 @@ class TrainConfig:
             if getattr(self, field) is not None:
                 check_path(field, getattr(self, field))
         if "/" in self.name or self.name in (".", ".."):
-            raise ValueError(f"`name` names a run directory under runs_dir and cannot be a path. "
-                             f"Received: name={self.name!r}")
+            raise ValueError(
+                f"`name` names a run directory under runs_dir and cannot be a path. Received: name={self.name!r}"
+            )
         check_positive_int("epochs", self.epochs)
         check_positive_int("batch_size", self.batch_size)
         check_positive_int("steps_per_epoch", self.steps_per_epoch, allow_none=True)
@@ -174,9 +175,11 @@ def recipe_path(recipe):
     check_path("recipe", recipe)
     if is_recipe_name(recipe):
         if str(recipe) not in recipe_names():
-            raise FileNotFoundError(f"No recipe named {str(recipe)!r}.{did_you_mean(recipe, recipe_names())} The "
-                                    f"package's recipes: {', '.join(recipe_names())} (`attnconv recipes`); a file of "
-                                    f"yours is a path ending in .toml. Received: recipe={str(recipe)!r}")
+            raise FileNotFoundError(
+                f"No recipe named {str(recipe)!r}.{did_you_mean(recipe, recipe_names())} The "
+                f"package's recipes: {', '.join(recipe_names())} (`attnconv recipes`); a file of "
+                f"yours is a path ending in .toml. Received: recipe={str(recipe)!r}"
+            )
         return RECIPES_DIR / f"{recipe}.toml"
     path = Path(recipe)
     packaged = PACKAGE_DIR / path
@@ -205,9 +208,11 @@ def load_recipe(recipe, **overrides):
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as error:
         # TOML is UTF-8 text; the parser recurses into nested values and arrays.
         reason = {UnicodeDecodeError: "it is not UTF-8 text", RecursionError: "it is nested too deeply"}.get(
-            type(error), error)
-        raise ValueError(f"The recipe {str(path)!r} is not valid TOML: {reason}. Received: recipe={str(path)!r}") \
-            from None
+            type(error), error
+        )
+        raise ValueError(
+            f"The recipe {str(path)!r} is not valid TOML: {reason}. Received: recipe={str(path)!r}"
+        ) from None
     same_model = overrides.get("model", values.get("model")) == values.get("model")
     if not same_model and isinstance(overrides["model"], str):  # another name: the check below names `model`
         values["name"] = overrides["model"]
@@ -228,6 +233,13 @@ def recipe_rows():
     for name in recipe_names():
         config = load_recipe(name)
         paper = get_paper_figures(config.model)
-        rows.append({"recipe": name, "model": config.model, "dataset": config.dataset, "epochs": config.epochs,
-                     "paper": f"{paper.row} ({paper.source})" if paper.row else "-"})
+        rows.append(
+            {
+                "recipe": name,
+                "model": config.model,
+                "dataset": config.dataset,
+                "epochs": config.epochs,
+                "paper": f"{paper.row} ({paper.source})" if paper.row else "-",
+            }
+        )
     return rows

@@ -35,9 +35,9 @@ import os
 import shutil
 from pathlib import Path
 
-from keras_attnconv.utils.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
 from keras_attnconv.utils.checks import check_path
 from keras_attnconv.utils.files import check_writable, file_lock, is_temporary_of, read_json_object, write_json
+from keras_attnconv.utils.ownership import ForeignDirectoryError, check_owned, mark_of, visible_entries, write_mark
 
 
 class RunInUseError(RuntimeError):
@@ -99,7 +99,7 @@ class RunDirectory:
 
     @classmethod
     def numbered(cls, runs_dir, name):
-        """``runs_dir/name``, ``name-1``, ``name-2``, ...: the run directories of a recipe in the order they are made."""
+        """``runs_dir/name``, ``name-1``, ``name-2``, ...: a recipe's run directories in the order they are made."""
         base = Path(runs_dir) / name
         yield cls(base)
         for index in itertools.count(1):
@@ -111,15 +111,16 @@ class RunDirectory:
 
     def is_free(self):
         """Whether nothing is there yet: the directory is absent or empty (then a run may claim it)."""
-        return not self.path.exists() or (self.path.is_dir() and mark_of(self.path) is None
-                                          and not visible_entries(self.path))
+        return not self.path.exists() or (
+            self.path.is_dir() and mark_of(self.path) is None and not visible_entries(self.path)
+        )
 
     def is_finished(self):
         """Whether it holds a finished run of the package (``metrics.json``)."""
         return self.is_ours() and self.metrics_file.exists()
 
     def check(self, argument="run_dir"):
-        """Raises (naming `argument`) unless a run could be written here: writable, and free or ours; changes nothing."""
+        """Raises (naming `argument`) unless a run could be written here (writable, free or ours); changes nothing."""
         check_writable(self.path, argument)
         check_owned(self.path, self.KIND, argument)
 
@@ -138,16 +139,19 @@ class RunDirectory:
         stale lock. Only a run directory of the package is locked.
         """
         if not self.is_ours():
-            raise ForeignDirectoryError(f"{self.path} is not a run directory of keras_attnconv. "
-                                        f"Received: run_dir={str(self.path)!r}")
+            raise ForeignDirectoryError(
+                f"{self.path} is not a run directory of keras_attnconv. Received: run_dir={str(self.path)!r}"
+            )
         path = self.path / self.LOCK
         with contextlib.ExitStack() as stack:
             try:
                 handle = stack.enter_context(file_lock(path, blocking=False))
             except BlockingIOError:
                 holder = path.read_text().strip() or "another process"
-                raise RunInUseError(f"{self.path} is in use by {holder}: wait for it to finish or pass another "
-                                    f"--run-dir. Received: run_dir={str(self.path)!r}") from None
+                raise RunInUseError(
+                    f"{self.path} is in use by {holder}: wait for it to finish or pass another "
+                    f"--run-dir. Received: run_dir={str(self.path)!r}"
+                ) from None
             if handle is not None:
                 handle.seek(0)
                 handle.truncate()
@@ -159,8 +163,10 @@ class RunDirectory:
         """The run's ``config.json`` (None if there is none), a damaged one being an error naming it."""
         if not self.config_file.exists():
             return None
-        return read_json_object(self.config_file, "the run directory was damaged. Pass another --run-dir. "
-                                                  f"Received: run_dir={str(self.path)!r}")
+        return read_json_object(
+            self.config_file,
+            f"the run directory was damaged. Pass another --run-dir. Received: run_dir={str(self.path)!r}",
+        )
 
     def load_best_checkpoint(self):
         """The model of ``checkpoints/best.keras``, uncompiled; a damaged file is one ValueError naming it.
@@ -174,14 +180,17 @@ class RunDirectory:
 
         path = self.best_checkpoint
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is absent: the run has no best model yet. "
-                                    f"Received: run_dir={str(self.path)!r}")
+            raise FileNotFoundError(
+                f"{path} is absent: the run has no best model yet. Received: run_dir={str(self.path)!r}"
+            )
         try:
             return keras.saving.load_model(path, compile=False)
         except Exception as error:  # noqa: BLE001 - Keras' and h5py's errors for a damaged archive
             reason = " ".join(str(error).split()) if zipfile.is_zipfile(path) else "not a whole .keras zip archive"
-            raise ValueError(f"{path} cannot be loaded ({reason}); it was damaged after training wrote it. "
-                             f"Received: run_dir={str(self.path)!r}") from None
+            raise ValueError(
+                f"{path} cannot be loaded ({reason}); it was damaged after training wrote it. "
+                f"Received: run_dir={str(self.path)!r}"
+            ) from None
 
     def path_from_preset(self):
         """Where the run is, seen from its preset (what the preset's metadata records: never an absolute path)."""
@@ -206,17 +215,22 @@ class RunDirectory:
         received = f"Received: run_dir={str(self.path)!r}"
         config = self.read_config()
         if config is None:
-            records = [name for name in visible_entries(self.path)
-                       if name != self.LOCK and not is_temporary_of(name, self.CONFIG)]
+            records = [
+                name
+                for name in visible_entries(self.path)
+                if name != self.LOCK and not is_temporary_of(name, self.CONFIG)
+            ]
             if records:
                 raise ForeignDirectoryError(
                     f"{self.path} holds {', '.join(records[:5])} beside a run's mark but no {self.CONFIG}, which a "
                     f"run writes before any other record: they are not a run's, and never changed. Pass another "
-                    f"--run-dir. {received}")
+                    f"--run-dir. {received}"
+                )
         elif starting_anew and not self._is_this_folder(config.get("run_dir")):
             raise ForeignDirectoryError(
                 f"{self.config_file} names run_dir={config.get('run_dir')!r}, not this folder: what it holds is not "
-                f"this run's to remove, and never changed. Pass another --run-dir. {received}")
+                f"this run's to remove, and never changed. Pass another --run-dir. {received}"
+            )
 
     def _is_this_folder(self, recorded):
         try:
@@ -230,8 +244,10 @@ class RunDirectory:
         Only a run whose ``config.json`` names this folder (`check_records_are_its_own`).
         """
         if not self.is_ours() or self.has_completed_epoch() or self.metrics_file.exists():
-            raise ValueError(f"Only the records of an unfinished run of keras_attnconv that never completed an "
-                             f"epoch are removed. Received: run_dir={str(self.path)!r}")
+            raise ValueError(
+                f"Only the records of an unfinished run of keras_attnconv that never completed an "
+                f"epoch are removed. Received: run_dir={str(self.path)!r}"
+            )
         self.check_records_are_its_own(starting_anew=True)
         for name in self.RECORDS:
             path = self.path / name
@@ -273,5 +289,7 @@ def preset_of(source):
         return RunDirectory(source).preset_dir
     if is_preset(source):
         return source
-    raise FileNotFoundError(f"{str(source)!r} is neither a finished training run (with preset/) nor a preset "
-                            f"directory (config.json, model.weights.h5). Received: source={str(source)!r}")
+    raise FileNotFoundError(
+        f"{str(source)!r} is neither a finished training run (with preset/) nor a preset "
+        f"directory (config.json, model.weights.h5). Received: source={str(source)!r}"
+    )

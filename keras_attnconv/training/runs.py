@@ -14,8 +14,11 @@ def resolve_run_dir(config):
     """
     if config.run_dir:
         return RunDirectory(config.run_dir)
-    return next(run for run in RunDirectory.numbered(config.runs_dir, config.name)
-                if run.is_free() or (run.is_ours() and not run.metrics_file.exists()))
+    return next(
+        run
+        for run in RunDirectory.numbered(config.runs_dir, config.name)
+        if run.is_free() or (run.is_ours() and not run.metrics_file.exists())
+    )
 
 
 def finished_run(config):
@@ -23,8 +26,9 @@ def finished_run(config):
     if config.run_dir:
         candidates = [RunDirectory(config.run_dir)]
     else:
-        candidates = itertools.takewhile(lambda run: not run.is_free(),
-                                         RunDirectory.numbered(config.runs_dir, config.name))
+        candidates = itertools.takewhile(
+            lambda run: not run.is_free(), RunDirectory.numbered(config.runs_dir, config.name)
+        )
     finished = None
     for candidate in candidates:
         if candidate.is_finished():
@@ -57,13 +61,17 @@ def check_same_run(run, resolved):
     """
     run.check()
     if run.metrics_file.exists():
-        raise FileExistsError(f"{run} holds a finished run, which is never overwritten: pass another --run-dir, or "
-                              f"none for the next free one under runs_dir. Received: run_dir={str(run)!r}")
+        raise FileExistsError(
+            f"{run} holds a finished run, which is never overwritten: pass another --run-dir, or "
+            f"none for the next free one under runs_dir. Received: run_dir={str(run)!r}"
+        )
     saved = run.read_config()
     changed = same_run(saved, resolved) if saved is not None else []
     if changed and run.has_completed_epoch():
         details = ", ".join(f"{k}: {saved.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
-        raise ValueError(f"{run} holds an unfinished run with a different configuration ({details}) and a "
-                         "completed epoch. Resume it with the same settings, or pass another --run-dir.")
+        raise ValueError(
+            f"{run} holds an unfinished run with a different configuration ({details}) and a "
+            "completed epoch. Resume it with the same settings, or pass another --run-dir."
+        )
     run.check_records_are_its_own(starting_anew=bool(changed))
     return bool(changed)

@@ -48,14 +48,18 @@ def run_record(path, device=None):
     run = RunDirectory(check_path("run", path))
     config = run.read_config() if run.is_ours() else None
     if config is None:
-        raise ValueError(f"{str(path)!r} is not a training run of the package (no run mark and config.json). "
-                         f"Received: run={str(path)!r}")
+        raise ValueError(
+            f"{str(path)!r} is not a training run of the package (no run mark and config.json). "
+            f"Received: run={str(path)!r}"
+        )
     metrics = json.loads(run.metrics_file.read_text()) if run.metrics_file.exists() else None
     history = metrics["history"] if metrics else csv_history(run.history)
     machine = (metrics or {}).get("machine", {})
     if not (machine.get("device") or device):
-        raise ValueError(f"{run} does not record its device (a run stopped early, or trained before runs "
-                         f"recorded it): name it. Received: device={device!r}")
+        raise ValueError(
+            f"{run} does not record its device (a run stopped early, or trained before runs "
+            f"recorded it): name it. Received: device={device!r}"
+        )
     record = {
         "recipe": config["name"],
         "model": config["model"],
@@ -68,22 +72,27 @@ def run_record(path, device=None):
         "finished": metrics is not None,
         "paper_accuracy": get_paper_figures(config["model"]).accuracy,
         "history": history,
-        "epoch_seconds": (json.loads(run.epoch_seconds.read_text())["epoch_seconds"]
-                          if run.epoch_seconds.exists() else []),
+        "epoch_seconds": (
+            json.loads(run.epoch_seconds.read_text())["epoch_seconds"] if run.epoch_seconds.exists() else []
+        ),
     }
     if metrics:
         accuracy, examples = metrics["eval_accuracy"], metrics["eval_examples"]
         best = json.loads(run.best_record.read_text()) if run.best_record.exists() else {}
-        record.update(test_accuracy=accuracy, test_examples=examples,
-                      standard_error=accuracy_standard_error(accuracy, examples),
-                      training_minutes=metrics["wall_seconds_this_session"] / 60,
-                      best_epoch=best.get("epoch"), best_test_accuracy=best.get("val_accuracy"),
-                      precision=metrics["precision"], step_path=metrics["step_path"])
+        record.update(
+            test_accuracy=accuracy,
+            test_examples=examples,
+            standard_error=accuracy_standard_error(accuracy, examples),
+            training_minutes=metrics["wall_seconds_this_session"] / 60,
+            best_epoch=best.get("epoch"),
+            best_test_accuracy=best.get("val_accuracy"),
+            precision=metrics["precision"],
+            step_path=metrics["step_path"],
+        )
     return record
 
 
-def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, device=None, command=None,
-                  earlier=None):
+def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, device=None, command=None, earlier=None):
     """The Table 1 results of `runs` (run directories), as ``attnconv table1`` writes them.
 
     Args:
@@ -106,19 +115,25 @@ def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, de
         record["libraries"] = record["libraries"] or libraries
         record["commit"] = commit or record["commit"]
         if record["commit"] is None:
-            raise ValueError(f"The run of {record['recipe']} does not record the package's commit (trained from an "
-                             f"installed package, or before runs recorded it): name it. Received: commit=None")
+            raise ValueError(
+                f"The run of {record['recipe']} does not record the package's commit (trained from an "
+                f"installed package, or before runs recorded it): name it. Received: commit=None"
+            )
     if earlier is not None:
         if earlier["data"]["digest"] != digest:
-            raise ValueError(f"The earlier results were measured on other data ({earlier['data']['digest']}): "
-                             f"they cannot share a table. Received: data_file={str(data_file)!r} ({digest})")
+            raise ValueError(
+                f"The earlier results were measured on other data ({earlier['data']['digest']}): "
+                f"they cannot share a table. Received: data_file={str(data_file)!r} ({digest})"
+            )
         replaced = {r["recipe"] for r in records}
         records = [r for r in earlier["runs"] if r["recipe"] not in replaced] + records
     finished = [r for r in records if r["finished"]]
     doubled = sorted({r["model"] for r in finished if sum(o["model"] == r["model"] for o in finished) > 1})
     if doubled:
-        raise ValueError(f"Two finished runs train {', '.join(doubled)}: which one is its row is unclear. "
-                         f"Received: runs={[str(path) for path in runs]}")
+        raise ValueError(
+            f"Two finished runs train {', '.join(doubled)}: which one is its row is unclear. "
+            f"Received: runs={[str(path) for path in runs]}"
+        )
     return {
         "commands": [*(earlier or {}).get("commands", []), command],
         "data": {"name": data_name, "file": Path(data_file).name, "digest": digest},
@@ -141,38 +156,59 @@ def table1_rows(report):
         if run is None:
             rows.append([f"`{model}`", _percent(paper), "not trained yet", "-", "-", "-", "-", "-"])
             continue
-        rows.append([f"`{model}`", _percent(paper),
-                     f"{_percent(run['test_accuracy'], 2)} ± {_percent(run['standard_error'], 2)}",
-                     f"{100 * (run['test_accuracy'] - paper):+.1f}", f"`{run['recipe']}`",
-                     f"{run['epochs']}", f"{run['training_minutes']:.1f}", run["device"]])
+        rows.append(
+            [
+                f"`{model}`",
+                _percent(paper),
+                f"{_percent(run['test_accuracy'], 2)} ± {_percent(run['standard_error'], 2)}",
+                f"{100 * (run['test_accuracy'] - paper):+.1f}",
+                f"`{run['recipe']}`",
+                f"{run['epochs']}",
+                f"{run['training_minutes']:.1f}",
+                run["device"],
+            ]
+        )
     return rows
 
 
-TABLE1_HEADER = ("| model | Table 1 (300 epochs) | this package (test, ± s.e.) | points | recipe | epochs "
-                 "| minutes | device |")
+TABLE1_HEADER = (
+    "| model | Table 1 (300 epochs) | this package (test, ± s.e.) | points | recipe | epochs | minutes | device |"
+)
 
 
 def table1_markdown(report):
     """The report as markdown: Table 1 beside the paper, then the stopped runs' first epochs."""
     made = "; then ".join(f"`{command}`" for command in report["commands"])
-    lines = [f"# Table 1 on {report['data']['name']}", "",
-             f"Made by {made}; data `{report['data']['file']}` ({report['data']['digest']}).", "",
-             TABLE1_HEADER, "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Table 1 on {report['data']['name']}",
+        "",
+        f"Made by {made}; data `{report['data']['file']}` ({report['data']['digest']}).",
+        "",
+        TABLE1_HEADER,
+        "|---|---|---|---|---|---|---|---|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in table1_rows(report)]
     examples = sorted({f"{r['test_examples']:,}" for r in report["runs"] if r["finished"]})
-    lines += ["", f"Test accuracy: the last epoch's weights on the {' or '.join(examples) or 'held-out'} test images; "
-              "points: this package's minus the paper's; minutes: the training command's fit and evaluations, "
-              "compilation included.", "", "Each run, where it ran:", ""]
-    lines += [f"- `{r['recipe']}`: package commit {r['commit']}, {r['device']}, "
-              f"{r['libraries'] or 'libraries not recorded'}" for r in report["runs"]]
+    lines += [
+        "",
+        f"Test accuracy: the last epoch's weights on the {' or '.join(examples) or 'held-out'} test images; "
+        "points: this package's minus the paper's; minutes: the training command's fit and evaluations, "
+        "compilation included.",
+        "",
+        "Each run, where it ran:",
+        "",
+    ]
+    lines += [
+        f"- `{r['recipe']}`: package commit {r['commit']}, {r['device']}, {r['libraries'] or 'libraries not recorded'}"
+        for r in report["runs"]
+    ]
     stopped = [r for r in report["runs"] if not r["finished"]]
     if stopped:
         lines += ["", "Stopped runs (the first epochs of their schedule), test accuracy after each 5th epoch:", ""]
         for run in stopped:
             accuracy = run["history"].get("val_accuracy", [])
             marks = ", ".join(f"{e}: {_percent(accuracy[e - 1])}" for e in range(5, len(accuracy) + 1, 5))
-            lines.append(f"- `{run['recipe']}` ({run['epochs']} epochs), {run['epochs_completed']} completed: "
-                         f"{marks}")
+            lines.append(f"- `{run['recipe']}` ({run['epochs']} epochs), {run['epochs_completed']} completed: {marks}")
     if report["not_measured"]:
         lines += ["", f"Not measured yet: {', '.join(report['not_measured'])}."]
     return "\n".join(lines) + "\n"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import keras
 
-from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.export.exporter import export_model, served_version
+from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.models.presets import load_preset, load_preset_metadata
 from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
@@ -45,20 +45,27 @@ def export_run(config, run):
     export is skipped with a message saying how to run it later.
     """
     if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
-        print(f"Export needs TensorFlow (installed, and as the Keras backend), so {run} was not exported for "
-              f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
-              f"{run} --export-dir {config.export_dir}", file=sys.stderr)
+        print(
+            f"Export needs TensorFlow (installed, and as the Keras backend), so {run} was not exported for "
+            f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
+            f"{run} --export-dir {config.export_dir}",
+            file=sys.stderr,
+        )
         return None
 
     with run.lock():
         digest = source_digest(preset_of(run.path))  # read once: the preset holds the model's weights
-        path = (published_export(run, config.export_dir, digest)
-                or export_source(run.path, config.export_dir, digest=digest))
+        path = published_export(run, config.export_dir, digest) or export_source(
+            run.path, config.export_dir, digest=digest
+        )
         run.record_export(path)
     served = served_version(config.export_dir, path.parent.name)
     if served != int(path.name):
-        print(f"Exported {path}; models.config serves version {served} of {path.parent.name}. To serve this one: "
-              f"attnconv serve {path.parent.name} {path.name} --export-dir {config.export_dir}", file=sys.stderr)
+        print(
+            f"Exported {path}; models.config serves version {served} of {path.parent.name}. To serve this one: "
+            f"attnconv serve {path.parent.name} {path.name} --export-dir {config.export_dir}",
+            file=sys.stderr,
+        )
     return path
 
 
@@ -104,9 +111,11 @@ def check_apart(run, export_dir):
         relation = "holds the run directory"
     else:
         return
-    raise ValueError(f"The export root {export_dir} {relation} {run}: a run and an export root are separate "
-                     f"directories, neither inside the other. Pass another --export-dir (or --run-dir). "
-                     f"Received: run_dir={str(run)!r}, export_dir={str(export_dir)!r}")
+    raise ValueError(
+        f"The export root {export_dir} {relation} {run}: a run and an export root are separate "
+        f"directories, neither inside the other. Pass another --export-dir (or --run-dir). "
+        f"Received: run_dir={str(run)!r}, export_dir={str(export_dir)!r}"
+    )
 
 
 def train_and_export(config):
@@ -159,11 +168,17 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
             f"{describe_chance(chance['eval_accuracy'], chance['classes'], chance['eval_examples'])}. Train again "
             f"(longer, with a longer warm-up: --warmup-ratio, or a lower --learning-rate); to export it anyway: "
             f"attnconv export {source} --allow-chance (allow_chance=True), which its metadata.json records. "
-            f"Received: source={str(source)!r}")
+            f"Received: source={str(source)!r}"
+        )
     checked = {"allow_chance": True, **({"at_chance": chance} if chance else {})} if allow_chance else {}
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
-    metadata = {**recorded, "source": os.path.relpath(preset.resolve(), root.path.resolve()),
-                "source_digest": digest or source_digest(preset), **checked, **(kwargs.pop("metadata", None) or {})}
+    metadata = {
+        **recorded,
+        "source": os.path.relpath(preset.resolve(), root.path.resolve()),
+        "source_digest": digest or source_digest(preset),
+        **checked,
+        **(kwargs.pop("metadata", None) or {}),
+    }
     return export_model(load_preset(preset), export_dir, metadata=metadata, **kwargs)
 
 
@@ -174,6 +189,7 @@ def _recorded_chance(preset, metadata):
     the images ``metrics.eval_examples``, or, for a preset written before it recorded them, its training run's
     ``metrics.json`` (the same evaluation split). None where any of them is missing.
     """
+
     def field(record, name, kind):
         value = record.get(name) if isinstance(record, dict) else None
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
@@ -192,5 +208,9 @@ def _recorded_chance(preset, metadata):
     interval = at_chance(float(accuracy), len(class_names), examples)
     if interval is None:
         return None
-    return {"eval_accuracy": float(accuracy), "eval_examples": examples, "classes": len(class_names),
-            "chance_interval": [interval[0], interval[1]]}
+    return {
+        "eval_accuracy": float(accuracy),
+        "eval_examples": examples,
+        "classes": len(class_names),
+        "chance_interval": [interval[0], interval[1]],
+    }

@@ -39,8 +39,10 @@ def check_known_fields(values, fields, source):
     """Raises ValueError naming the first key of `values` not in `fields` (with the closest ones and all of them)."""
     for key in values:
         if key not in fields:
-            raise ValueError(f"Unknown {source} field {key!r}.{did_you_mean(key, fields)} "
-                             f"Valid fields: {', '.join(sorted(fields))}. Received: {key}={values[key]!r}")
+            raise ValueError(
+                f"Unknown {source} field {key!r}.{did_you_mean(key, fields)} "
+                f"Valid fields: {', '.join(sorted(fields))}. Received: {key}={values[key]!r}"
+            )
 
 
 def check_positive_int(name, value, allow_none=False):
@@ -80,16 +82,19 @@ def check_bool(name, value):
 
 def check_seed(name, value):
     """Raises ValueError naming `name` unless `value` is None or an integer seed in [0, 2**32) (Keras' and NumPy's)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                              or not 0 <= value < 2**32):
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**32
+    ):
         raise ValueError(f"`{name}` must be None or an integer in [0, 2**32). Received: {name}={value!r}")
 
 
 def check_choice(name, value, choices):
     """Raises ValueError naming `name` unless `value` is one of `choices` (suggesting the closest)."""
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {', '.join(map(repr, choices))}."
-                         f"{did_you_mean(value, choices)} Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(map(repr, choices))}."
+            f"{did_you_mean(value, choices)} Received: {name}={value!r}"
+        )
 
 
 #: How a value that can be omitted is omitted on the command line and in a recipe (TOML has no null).
@@ -120,8 +125,8 @@ def check_path(argument, path):
     longest = max(Path(text).parts, key=lambda part: len(part.encode(errors="surrogateescape")), default="")
     if len(longest.encode(errors="surrogateescape")) > MAX_NAME_BYTES:
         shown = f"{text[:60]}...({len(text)} characters)"
-        raise ValueError(f"`{argument}` has a name of {len(longest)} characters; at most {MAX_NAME_BYTES} bytes are "
-                         f"allowed. Received: {argument}={shown!r}")
+        raise ValueError(
+            f"`{argument}` has a name of {len(longest)} characters; at most {MAX_NAME_BYTES} bytes are "
+            f"allowed. Received: {argument}={shown!r}"
+        )
     return path
-
-

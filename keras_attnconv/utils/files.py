@@ -123,17 +123,22 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
     directory = Path(directory)
     free = shutil.disk_usage(_nearest_existing(directory)).free
     if free < margin * needed_bytes + 2**20:
-        raise OSError(errno.ENOSPC, f"No space left for {what} in {directory}: it needs about "
-                                    f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "
-                                    f"space and run the same command again.")
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left for {what} in {directory}: it needs about "
+            f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "
+            f"space and run the same command again.",
+        )
 
 
 def cache_directory(kind):
     """Where the package caches what it computed once, by `kind` (``"image_folders"``, ``"step_paths"``):
     ``$KERAS_ATTNCONV_CACHE/<kind>``, else ``$XDG_CACHE_HOME/keras_attnconv/<kind>``, else
     ``~/.cache/keras_attnconv/<kind>``."""
-    root = os.environ.get("KERAS_ATTNCONV_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keras_attnconv"
+    root = (
+        os.environ.get("KERAS_ATTNCONV_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keras_attnconv"
+    )
     return Path(root).expanduser() / kind
 
 
@@ -170,6 +175,10 @@ def write_figure(figure, base, dpi=100):
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "keras_attnconv"}):
         for path in paths:
             metadata = {"Date": None} if path.suffix == ".svg" else {"Software": "keras_attnconv"}
-            write_atomically(path, lambda tmp: figure.savefig(tmp, format=path.suffix[1:], dpi=dpi,
-                                                              metadata=metadata))
+            write_atomically(
+                path,
+                lambda tmp, path=path, metadata=metadata: figure.savefig(
+                    tmp, format=path.suffix[1:], dpi=dpi, metadata=metadata
+                ),
+            )
     return paths

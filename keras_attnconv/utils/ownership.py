@@ -22,8 +22,12 @@ MARKER = ".keras_attnconv.json"
 PACKAGE = "keras_attnconv"
 LAYOUT_VERSION = 1
 #: The kinds of directory the package writes, as their marks name them.
-KINDS = {"run": "a training run directory", "preset": "a preset directory", "export_root": "an export root",
-         "figures": "a figures directory"}
+KINDS = {
+    "run": "a training run directory",
+    "preset": "a preset directory",
+    "export_root": "an export root",
+    "figures": "a figures directory",
+}
 
 
 class ForeignDirectoryError(FileExistsError):
@@ -61,9 +65,11 @@ def mark_of(directory):
     if type(layout) is not int or layout < 1:  # exactly an int: 1.0 and true are not layouts
         raise _invalid(path, 'its "layout" is not a positive integer', f"layout={_shown(layout)}")
     if layout > LAYOUT_VERSION:
-        raise ForeignDirectoryError(f"{directory} was written by a later keras_attnconv (layout {layout!r}; this "
-                                    f"version knows {LAYOUT_VERSION}): upgrade the package to use it. "
-                                    f"Received: {str(directory)!r}")
+        raise ForeignDirectoryError(
+            f"{directory} was written by a later keras_attnconv (layout {layout!r}; this "
+            f"version knows {LAYOUT_VERSION}): upgrade the package to use it. "
+            f"Received: {str(directory)!r}"
+        )
     if not isinstance(kind, str) or kind not in KINDS:
         raise _invalid(path, f'its "kind" is not one of {", ".join(map(repr, KINDS))}', f"kind={_shown(kind)}")
     return kind
@@ -71,9 +77,11 @@ def mark_of(directory):
 
 def _invalid(path, problem, received):
     """The error for a `MARKER` that is no valid mark: it names the file, what is wrong and what it holds."""
-    return ForeignDirectoryError(f"{path} is not a valid mark of keras_attnconv ({problem}): its directory is not "
-                                 f"the package's to change; move {MARKER} away if the directory is yours. "
-                                 f"Received: {received}")
+    return ForeignDirectoryError(
+        f"{path} is not a valid mark of keras_attnconv ({problem}): its directory is not "
+        f"the package's to change; move {MARKER} away if the directory is yours. "
+        f"Received: {received}"
+    )
 
 
 def _shown(value, limit=60):
@@ -95,8 +103,9 @@ def visible_entries(directory):
     path = Path(directory)
     if not path.is_dir():
         return []
-    return sorted(entry.name for entry in path.iterdir()
-                  if entry.name != MARKER and not is_temporary_of(entry.name, MARKER))
+    return sorted(
+        entry.name for entry in path.iterdir() if entry.name != MARKER and not is_temporary_of(entry.name, MARKER)
+    )
 
 
 def what_it_holds(directory, limit=5):
@@ -119,12 +128,15 @@ def check_owned(directory, kind, argument, adopt=None):
     """
     path = Path(directory)
     if path.exists() and not path.is_dir():
-        raise ForeignDirectoryError(f"{argument}={str(directory)!r} is a file, not {KINDS[kind]}. "
-                                    f"Received: {argument}={str(directory)!r}")
+        raise ForeignDirectoryError(
+            f"{argument}={str(directory)!r} is a file, not {KINDS[kind]}. Received: {argument}={str(directory)!r}"
+        )
     found = mark_of(path)
     if found == kind:
         return True
     if found is None and (not visible_entries(path) or (adopt is not None and adopt(path))):
         return False
-    raise ForeignDirectoryError(f"{path} holds {what_it_holds(path)}, not {KINDS[kind]} of keras_attnconv; it is "
-                                f"never changed. Pass another {argument}. Received: {argument}={str(directory)!r}")
+    raise ForeignDirectoryError(
+        f"{path} holds {what_it_holds(path)}, not {KINDS[kind]} of keras_attnconv; it is "
+        f"never changed. Pass another {argument}. Received: {argument}={str(directory)!r}"
+    )

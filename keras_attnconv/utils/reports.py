@@ -55,9 +55,11 @@ def package_revision():
     root = pathlib.Path(__file__).resolve().parents[2]
     commit = None
     if (root / ".git").exists():
+
         def git(*args):
-            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
-                                  check=False).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30, check=False
+            ).stdout.strip()
 
         try:
             commit = git("rev-parse", "--short", "HEAD") or None
@@ -79,9 +81,16 @@ def machine():
     """The machine and software a measurement ran on, for results files."""
     import keras  # here, not at the top: the rest of this module must not load a framework
 
-    return {"backend": keras.backend.backend(), "keras": keras.__version__, "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "cpus_usable": usable_cpus(), "platform": platform.platform(), "cpu": _cpu_report()}
+    return {
+        "backend": keras.backend.backend(),
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": usable_cpus(),
+        "platform": platform.platform(),
+        "cpu": _cpu_report(),
+    }
 
 
 def usable_cpus():
@@ -108,21 +117,23 @@ def device_description():
         import jaxlib
 
         device = jax.local_devices()[0]
-        description.update(device=f"{device.device_kind} ({device.platform})", jax=jax.__version__,
-                           jaxlib=jaxlib.__version__)
+        description.update(
+            device=f"{device.device_kind} ({device.platform})", jax=jax.__version__, jaxlib=jaxlib.__version__
+        )
     elif backend == "tensorflow":
         import tensorflow as tf
 
         gpus = tf.config.list_physical_devices("GPU")
         name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else None
-        description.update(device=f"{name} (gpu)" if gpus else f"{cpu_capabilities()['model']} (cpu)",
-                           tensorflow=tf.__version__)
+        description.update(
+            device=f"{name} (gpu)" if gpus else f"{cpu_capabilities()['model']} (cpu)", tensorflow=tf.__version__
+        )
     else:
         description["device"] = "unknown"
     return description
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_capabilities(cpuinfo="/proc/cpuinfo"):
     """This CPU's model, its bfloat16 units and widest vector unit, from `cpuinfo` (Linux; unknown elsewhere).
 
@@ -141,7 +152,9 @@ def cpu_capabilities(cpuinfo="/proc/cpuinfo"):
                     flags = frozenset(value.split()) & (set(BFLOAT16_UNITS) | set(VECTOR_UNITS))
     except OSError:
         pass
-    return {"model": model,
-            "bfloat16_units": next((name for flag, name in BFLOAT16_UNITS.items() if flag in flags), None),
-            "vector_units": next((name for flag, name in VECTOR_UNITS.items() if flag in flags), None),
-            "flags": flags}
+    return {
+        "model": model,
+        "bfloat16_units": next((name for flag, name in BFLOAT16_UNITS.items() if flag in flags), None),
+        "vector_units": next((name for flag, name in VECTOR_UNITS.items() if flag in flags), None),
+        "flags": flags,
+    }

@@ -122,4 +122,3 @@ def exchange(first, second):
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system or kernel without the flag
         return False
     raise OSError(code, f"{os.strerror(code)}: cannot exchange {first} and {second}")
-

@@ -38,8 +38,9 @@ def test_centers_history_records_each_epoch_and_survives_a_restart(tmp_path):
     assert [len(v) for v in resumed.history.values()] == [4, 4]  # no second initial state
     restored = analysis.load_centers_history(tmp_path / "centers.npz")
     np.testing.assert_array_equal(restored["encoder_1"][:3], history.history["encoder_1"])
-    np.testing.assert_array_equal(restored["encoder_1"][-1],
-                                  ops.convert_to_numpy(model.get_layer("encoder_1").attention.position_score.centers))
+    np.testing.assert_array_equal(
+        restored["encoder_1"][-1], ops.convert_to_numpy(model.get_layer("encoder_1").attention.position_score.centers)
+    )
 
 
 def test_a_missing_history_file_is_an_empty_history(tmp_path):

@@ -13,11 +13,16 @@ matplotlib.use("Agg")
 from keras_attnconv.analysis import charts
 
 COMPARISON = {
-    "recipe": "quick", "dataset": "cifar10_sample", "epochs": 8, "eval_split": "validation",
+    "recipe": "quick",
+    "dataset": "cifar10_sample",
+    "epochs": 8,
+    "eval_split": "validation",
     "machine": {"cpus": 2, "backend": "tensorflow"},
-    "rows": [{"model": "quadratic_tiny", "eval_accuracy": 0.3, "eval_examples": 500, "train_images_per_second": 70.0},
-             {"model": "learned_tiny", "eval_accuracy": 0.4, "eval_examples": 500, "train_images_per_second": 90.0},
-             {"model": "siren_tiny", "eval_accuracy": 0.2, "train_images_per_second": None}],  # an older run's row
+    "rows": [
+        {"model": "quadratic_tiny", "eval_accuracy": 0.3, "eval_examples": 500, "train_images_per_second": 70.0},
+        {"model": "learned_tiny", "eval_accuracy": 0.4, "eval_examples": 500, "train_images_per_second": 90.0},
+        {"model": "siren_tiny", "eval_accuracy": 0.2, "train_images_per_second": None},
+    ],  # an older run's row
 }
 
 
@@ -35,8 +40,11 @@ def test_the_standard_error_of_an_accuracy_is_the_binomials():
 def test_the_comparison_chart_has_one_bar_per_model_most_accurate_on_top_with_its_standard_error():
     figure = charts.plot_comparison(COMPARISON)
     accuracy, speed = figure.axes
-    assert [label.get_text() for label in accuracy.get_yticklabels()] == ["siren_tiny", "quadratic_tiny",
-                                                                          "learned_tiny"]
+    assert [label.get_text() for label in accuracy.get_yticklabels()] == [
+        "siren_tiny",
+        "quadratic_tiny",
+        "learned_tiny",
+    ]
     np.testing.assert_allclose([bar.get_width() for bar in accuracy.patches], [20, 30, 40])
     from matplotlib.container import ErrorbarContainer
 
@@ -55,11 +63,15 @@ def test_the_cpu_benchmark_chart_draws_each_comparisons_speed_up_per_token_count
     results = {
         "machine": {"processor": "x86_64", "cpus": 2},
         "settings": {"comparisons": ["separable", "window7"]},
-        "layer": [{"comparison": name, "tokens": tokens, "fast_mode": name, "speedup": speedup}
-                  for name, base in (("separable", 1.5), ("window7", 2.0))
-                  for tokens, speedup in (("16x16", 2 * base), ("8x8", base))],
-        "models": [{"model": "resnet_tiny", "precision": "float32", "step_ms": 10.0},
-                   {"model": "quadratic_tiny", "precision": "float32", "step_ms": 25.0}],
+        "layer": [
+            {"comparison": name, "tokens": tokens, "fast_mode": name, "speedup": speedup}
+            for name, base in (("separable", 1.5), ("window7", 2.0))
+            for tokens, speedup in (("16x16", 2 * base), ("8x8", base))
+        ],
+        "models": [
+            {"model": "resnet_tiny", "precision": "float32", "step_ms": 10.0},
+            {"model": "quadratic_tiny", "precision": "float32", "step_ms": 25.0},
+        ],
     }
     figure = charts.plot_speedups(results)
     layer, models = figure.axes
@@ -71,22 +83,35 @@ def test_the_cpu_benchmark_chart_draws_each_comparisons_speed_up_per_token_count
 
 
 def test_the_cpu_benchmark_chart_sets_each_models_step_against_resnets_on_the_same_path():
-    results = {"machine": {"processor": "x86_64", "cpus": 2, "cpu": {"model": "Some CPU"}},
-               "settings": {"comparisons": []}, "layer": [],
-               "models": [{"model": model, "precision": "float32", "path": path, "step_ms": step}
-                          for model, path, step in (("resnet_tiny", "xla", 10.0), ("quadratic_tiny", "xla", 25.0),
-                                                    ("resnet_tiny", "graph", 5.0), ("quadratic_tiny", "graph", 20.0))]}
+    results = {
+        "machine": {"processor": "x86_64", "cpus": 2, "cpu": {"model": "Some CPU"}},
+        "settings": {"comparisons": []},
+        "layer": [],
+        "models": [
+            {"model": model, "precision": "float32", "path": path, "step_ms": step}
+            for model, path, step in (
+                ("resnet_tiny", "xla", 10.0),
+                ("quadratic_tiny", "xla", 25.0),
+                ("resnet_tiny", "graph", 5.0),
+                ("quadratic_tiny", "graph", 20.0),
+            )
+        ],
+    }
     figure = charts.plot_speedups(results)
     models = figure.axes[1]
     assert [bar.get_width() for bar in models.patches] == [2.5, 4.0]
-    assert [label.get_text() for label in models.get_yticklabels()] == ["quadratic_tiny (float32, xla)",
-                                                                         "quadratic_tiny (float32, graph)"]
+    assert [label.get_text() for label in models.get_yticklabels()] == [
+        "quadratic_tiny (float32, xla)",
+        "quadratic_tiny (float32, graph)",
+    ]
     assert "Some CPU" in figure.get_suptitle()
 
 
 def test_the_gpu_benchmark_chart_draws_every_model_in_every_precision_and_the_speed_up_over_float32():
-    rows = [{"model": "quadratic", "path": None, "precision": precision, "step_ms": step}
-            for precision, step in (("float32", 40.0), ("mixed_bfloat16", 20.0))]
+    rows = [
+        {"model": "quadratic", "path": None, "precision": precision, "step_ms": step}
+        for precision, step in (("float32", 40.0), ("mixed_bfloat16", 20.0))
+    ]
     figure = charts.plot_gpu_steps({"rows": rows, "device": {"device": "H100"}, "settings": {"batch": 100}})
     steps, speedups = figure.axes
     assert [bar.get_width() for bar in steps.patches] == [40.0, 20.0]

@@ -23,14 +23,26 @@ def assert_same_function(conv, shape, seed=0):
     return layer
 
 
-CASES = [(k, s, d, p, b) for k in (1, 3, 5) for s, d in ((1, 1), (2, 1), (1, 2)) for p in ("same", "valid")
-         for b in (True, False)]
+CASES = [
+    (k, s, d, p, b)
+    for k in (1, 3, 5)
+    for s, d in ((1, 1), (2, 1), (1, 2))
+    for p in ("same", "valid")
+    for b in (True, False)
+]
 
 
 @pytest.mark.parametrize("kernel, strides, dilation, padding, bias", CASES)
 def test_conv2d_equals_its_attention(kernel, strides, dilation, padding, bias):
-    conv = keras.layers.Conv2D(5, kernel, strides=strides, dilation_rate=dilation, padding=padding,
-                               use_bias=bias, bias_initializer="random_normal")
+    conv = keras.layers.Conv2D(
+        5,
+        kernel,
+        strides=strides,
+        dilation_rate=dilation,
+        padding=padding,
+        use_bias=bias,
+        bias_initializer="random_normal",
+    )
     layer = assert_same_function(conv, (2, 11, 12, 3))
     assert layer.attention.num_heads == kernel * kernel
     assert not layer.attention.uses_content  # position-only quadratic heads
@@ -38,8 +50,15 @@ def test_conv2d_equals_its_attention(kernel, strides, dilation, padding, bias):
 
 @pytest.mark.parametrize("kernel, strides, dilation, padding, bias", CASES)
 def test_conv1d_equals_its_attention(kernel, strides, dilation, padding, bias):
-    conv = keras.layers.Conv1D(4, kernel, strides=strides, dilation_rate=dilation, padding=padding,
-                               use_bias=bias, bias_initializer="random_normal")
+    conv = keras.layers.Conv1D(
+        4,
+        kernel,
+        strides=strides,
+        dilation_rate=dilation,
+        padding=padding,
+        use_bias=bias,
+        bias_initializer="random_normal",
+    )
     layer = assert_same_function(conv, (2, 13, 3))
     assert layer.attention.num_heads == kernel
 
@@ -52,14 +71,23 @@ def test_heads_sit_on_the_dilated_kernel_grid():
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kernel_h=st.integers(1, 4), kernel_w=st.integers(1, 4), height=st.integers(4, 9), width=st.integers(4, 9),
-       channels_in=st.integers(1, 4), channels_out=st.integers(1, 5), strides=st.integers(1, 3),
-       padding=st.sampled_from(["same", "valid"]), seed=st.integers(0, 1000))
+@given(
+    kernel_h=st.integers(1, 4),
+    kernel_w=st.integers(1, 4),
+    height=st.integers(4, 9),
+    width=st.integers(4, 9),
+    channels_in=st.integers(1, 4),
+    channels_out=st.integers(1, 5),
+    strides=st.integers(1, 3),
+    padding=st.sampled_from(["same", "valid"]),
+    seed=st.integers(0, 1000),
+)
 def test_property_any_shape(kernel_h, kernel_w, height, width, channels_in, channels_out, strides, padding, seed):
     if padding == "valid" and (kernel_h > height or kernel_w > width):
         return
-    conv = keras.layers.Conv2D(channels_out, (kernel_h, kernel_w), strides=strides, padding=padding,
-                               bias_initializer="random_normal")
+    conv = keras.layers.Conv2D(
+        channels_out, (kernel_h, kernel_w), strides=strides, padding=padding, bias_initializer="random_normal"
+    )
     assert_same_function(conv, (1, height, width, channels_in), seed=seed)
 
 
@@ -79,13 +107,16 @@ def test_converted_layer_serializes_and_compiles_with_xla(tmp_path):
     assert np.isfinite(restored.train_on_batch(x, np.zeros((4, 2), "float32")))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: keras.layers.Conv2D(4, 3, groups=2), "groups=2"),
-    (lambda: keras.layers.Conv1D(4, 3, padding="causal"), "padding='causal'"),
-    (lambda: keras.layers.Conv2D(4, 3, data_format="channels_first"), "data_format='channels_first'"),
-    (lambda: keras.layers.Conv2D(4, 3, activation="relu"), "activation='relu'"),
-    (lambda: keras.layers.Dense(3), "Conv1D or Conv2D"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: keras.layers.Conv2D(4, 3, groups=2), "groups=2"),
+        (lambda: keras.layers.Conv1D(4, 3, padding="causal"), "padding='causal'"),
+        (lambda: keras.layers.Conv2D(4, 3, data_format="channels_first"), "data_format='channels_first'"),
+        (lambda: keras.layers.Conv2D(4, 3, activation="relu"), "activation='relu'"),
+        (lambda: keras.layers.Dense(3), "Conv1D or Conv2D"),
+    ],
+)
 def test_unsupported_convolutions_are_rejected(make, message):
     layer = make()
     layer.build((None, 8, 8, 4) if not isinstance(layer, keras.layers.Conv1D) else (None, 8, 4))
@@ -99,13 +130,15 @@ def test_unbuilt_convolution_is_rejected():
 
 
 def test_measure_conversion_reports_the_attention_and_its_error():
-    measured = measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", dilation=1, size=9,
-                                  channels=2, seed=3)
+    measured = measure_conversion(
+        filters=5, kernel_size=3, strides=2, padding="valid", dilation=1, size=9, channels=2, seed=3
+    )
     assert (measured.num_heads, measured.output_shape) == (9, (2, 4, 4, 5))
     assert 0 < measured.max_abs_error < 1e-5 and 0 < measured.relative_error < 1e-5
     assert measured.relative_error != measured.max_abs_error  # divided by the convolution's largest output
-    assert measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", size=9, channels=2,
-                              seed=3) == measured  # seeded: the same report again
+    assert (
+        measure_conversion(filters=5, kernel_size=3, strides=2, padding="valid", size=9, channels=2, seed=3) == measured
+    )  # seeded: the same report again
 
 
 @pytest.mark.parametrize("alpha", [float("nan"), float("inf"), 0.0, -1.0, 1e39])
@@ -117,8 +150,10 @@ def test_an_alpha_that_is_not_a_positive_float32_number_is_refused_by_name(alpha
         conv_to_attention(conv, alpha=alpha)
 
 
-@pytest.mark.parametrize("arguments, message", [({"size": 10**6}, "The images.*size=1000000"),
-                                                ({"filters": 10**9}, "kernel.*filters=1000000000")])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [({"size": 10**6}, "The images.*size=1000000"), ({"filters": 10**9}, "kernel.*filters=1000000000")],
+)
 def test_measure_conversion_names_a_size_beyond_the_limit_before_allocating(arguments, message):
     with pytest.raises(ValueError, match=message):
         measure_conversion(**arguments)

@@ -76,14 +76,21 @@ def test_kept_heads_keep_their_attention_span():
     span.span_raw_sigma.assign(rng.uniform(0.0, 2.0, span.span_raw_sigma.shape).astype("float32"))
     pruned, report = prune_degenerate_heads(model)
     assert report[0].pruned == (2,)
-    np.testing.assert_array_equal(ops.convert_to_numpy(pruned.get_layer("encoder_0").attention.attention_span.sigma),
-                                  np.delete(ops.convert_to_numpy(span.sigma), 2, axis=0))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(pruned.get_layer("encoder_0").attention.attention_span.sigma),
+        np.delete(ops.convert_to_numpy(span.sigma), 2, axis=0),
+    )
     assert_pruned_equals_silenced(model, pruned, (2,))
 
 
-@pytest.mark.parametrize("thresholds, message", [({"max_eigenvalue": -1.0}, "max_eigenvalue=-1.0"),
-                                                 ({"max_condition": float("nan")}, "max_condition=nan"),
-                                                 ({"max_condition": "1e5"}, "max_condition='1e5'")])
+@pytest.mark.parametrize(
+    "thresholds, message",
+    [
+        ({"max_eigenvalue": -1.0}, "max_eigenvalue=-1.0"),
+        ({"max_condition": float("nan")}, "max_condition=nan"),
+        ({"max_condition": "1e5"}, "max_condition='1e5'"),
+    ],
+)
 def test_thresholds_that_would_prune_nothing_are_refused(thresholds, message):
     with pytest.raises(ValueError, match=message):
         prune_degenerate_heads(degenerate_model(), **thresholds)

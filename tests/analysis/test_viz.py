@@ -20,7 +20,9 @@ from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.ownership import MARKER, write_mark
 
 SMALL = {"num_layers": 2, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 12}
-HISTORY_CSV = "epoch,accuracy,learning_rate,loss,val_accuracy,val_loss\n0,0.2,0.1,2.2,0.25,2.1\n1,0.3,0.05,2.0,0.3,2.0\n"
+HISTORY_CSV = (
+    "epoch,accuracy,learning_rate,loss,val_accuracy,val_loss\n0,0.2,0.1,2.2,0.25,2.1\n1,0.3,0.05,2.0,0.3,2.0\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +75,10 @@ def test_centers_figure_has_pixel_axes_and_a_legend_of_heads_contours_and_query(
         assert (axis.get_xlabel(), axis.get_ylabel()) == ("column shift (pixels)", "row shift (pixels)")
         assert axis.get_title().startswith("layer ")
     assert _legend_texts(figure) == [f"head {h}" for h in range(1, 10)] + [
-        "50% of the attention", "90% of the attention", "query pixel"]
+        "50% of the attention",
+        "90% of the attention",
+        "query pixel",
+    ]
     assert "Figure 4" in figure.get_suptitle()
 
 
@@ -88,7 +93,9 @@ def test_attention_maps_have_one_panel_per_head_layer_and_query():
     panels = _head_panels(figure)
     assert len(panels) == 2 * 2 * 9  # queries x layers x heads
     assert [a.get_label() for a in figure.axes if a.get_label().startswith("image:")] == [
-        "image: query (3, 2)", "image: query (1, 1)"]
+        "image: query (3, 2)",
+        "image: query (1, 1)",
+    ]
     probabilities = panels[0].images[0].get_array()
     assert probabilities.shape == (6, 6) and np.isclose(probabilities.sum(), 1.0, atol=1e-5)
     assert [a.get_title() for a in panels[:9]] == [f"head {h}" for h in range(1, 10)]
@@ -135,8 +142,13 @@ def test_centers_history_draws_each_heads_trajectory_with_its_start_and_end():
 
 
 def test_training_curves_draw_loss_accuracy_and_learning_rate_per_epoch():
-    history = {"loss": [2.2, 2.0, 1.9], "val_loss": [2.1, 2.0, 1.95], "accuracy": [0.2, 0.3, 0.35],
-               "val_accuracy": [0.25, 0.3, 0.33], "learning_rate": [0.1, 0.05, 0.01]}
+    history = {
+        "loss": [2.2, 2.0, 1.9],
+        "val_loss": [2.1, 2.0, 1.95],
+        "accuracy": [0.2, 0.3, 0.35],
+        "val_accuracy": [0.25, 0.3, 0.33],
+        "learning_rate": [0.1, 0.05, 0.01],
+    }
     figure = plot_training_curves(history)
     assert [axis.get_title() for axis in figure.axes] == ["loss", "accuracy", "learning rate"]
     assert all(axis.get_xlabel() == "epoch" for axis in figure.axes)
@@ -238,7 +250,9 @@ def test_every_tiny_family_is_plotted_and_what_is_absent_says_why(name, tmp_path
     assert "training_curves" in kinds and not kinds & set(absent)
     if name.startswith("resnet"):
         assert sorted(figures) == ["training_curves"]
-        assert "has no attention heads" in absent["attention_centers"] and "no attention heads" in absent["attention_maps"]
+        assert (
+            "has no attention heads" in absent["attention_centers"] and "no attention heads" in absent["attention_maps"]
+        )
         return
     assert {"attention_maps_0", "attention_maps_1"} <= set(figures)
     assert len(_head_panels(figures["attention_maps_0"])) == 2 * 2 * 9  # 2 queries x 2 layers x 9 heads
@@ -304,12 +318,14 @@ def test_a_damaged_best_checkpoint_of_a_run_still_training_is_named_not_reported
     run.best_checkpoint.parent.mkdir()
     build_model("quadratic_tiny", seed=0, **SMALL).save(run.best_checkpoint)
     whole = run.best_checkpoint.read_bytes()
-    run.best_checkpoint.write_bytes(whole[:int(keep * len(whole)) if isinstance(keep, float) else keep])
+    run.best_checkpoint.write_bytes(whole[: int(keep * len(whole)) if isinstance(keep, float) else keep])
     before = snapshot(tmp_path)
     assert cli.main(["plot", str(run)]) == 2
     error = capsys.readouterr().err.strip()
-    assert (f"error: {run.best_checkpoint} cannot be loaded (not a whole .keras zip archive); it was damaged after "
-            f"training wrote it. Received: run_dir='{run}'") in error, error
+    assert (
+        f"error: {run.best_checkpoint} cannot be loaded (not a whole .keras zip archive); it was damaged after "
+        f"training wrote it. Received: run_dir='{run}'"
+    ) in error, error
     assert len(error.splitlines()) == 1 and "File not found" not in error
     assert snapshot(tmp_path) == before
 

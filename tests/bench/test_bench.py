@@ -25,8 +25,9 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     # The formats part is measured by `test_the_formats_suite_alone` (exports in four runtimes, most of a minute):
     # here, that the suite runs it with its settings and tabulates its rows.
     format_calls = []
-    monkeypatch.setattr(cpu_suite, "format_benchmark",
-                        lambda **settings: format_calls.append(settings) or fake_format_rows(settings))
+    monkeypatch.setattr(
+        cpu_suite, "format_benchmark", lambda **settings: format_calls.append(settings) or fake_format_rows(settings)
+    )
     output = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--output", str(output)]) == 0
     assert keras.config.dtype_policy().name == "mixed_bfloat16"
@@ -37,7 +38,8 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     results = json.loads(output.read_text())
     assert results["machine"]["backend"]
     assert [(row["comparison"], row["tokens"]) for row in results["layer"]] == [
-        (name, tokens) for name in ("separable", "window7") for tokens in ("8x8", "16x16")]
+        (name, tokens) for name in ("separable", "window7") for tokens in ("8x8", "16x16")
+    ]
     modes = {"separable": ("separable", "position"), "window7": ("windowed_content", "content")}
     for row in results["layer"]:
         assert (row["fast_mode"], row["baseline_mode"]) == modes[row["comparison"]]
@@ -48,12 +50,15 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
         if row["tokens"] == "16x16":
             assert row["fast_step_mib"] < row["baseline_step_mib"], row
     assert [(row["model"], row["batch"], row["options"]) for row in results["model_memory"]] == [
-        (case["name"], case["batch"], case["options"]) for case in bench.QUICK["memory_models"]]
-    assert all(row["peak_memory_mib"] > row["step_mib"] > 0 and row["image_size"] == 16
-               for row in results["model_memory"])
+        (case["name"], case["batch"], case["options"]) for case in bench.QUICK["memory_models"]
+    ]
+    assert all(
+        row["peak_memory_mib"] > row["step_mib"] > 0 and row["image_size"] == 16 for row in results["model_memory"]
+    )
     # Every model on every path of the backend (XLA; TensorFlow's graph), the rule's pick and the faster one marked.
     assert sorted((row["model"], row["path"]) for row in results["models"]) == sorted(
-        (model, path) for model in ("quadratic_tiny", "resnet_tiny") for path in paths)
+        (model, path) for model in ("quadratic_tiny", "resnet_tiny") for path in paths
+    )
     for model in ("quadratic_tiny", "resnet_tiny"):
         rows = [row for row in results["models"] if row["model"] == model]
         assert sum(row["fastest"] for row in rows) == 1 and sum(row["rule"] for row in rows) == 1
@@ -66,10 +71,13 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     assert results["machine"]["cpu"]["model"]
     table = (tmp_path / "bench.md").read_text()
     assert table.count("| tokens | fast path |") == 2
-    assert "| model | precision | path |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
+    assert (
+        "| model | precision | path |" in table and "| model | options | batch | step MiB | process peak MiB |" in table
+    )
     assert "| model | runtime | batch 1 ms |" in table
     assert [(call["format_models"], call["bfloat16_serving"]) for call in format_calls] == [
-        (formats.FORMATS_QUICK["format_models"], formats.FORMATS_QUICK["bfloat16_serving"])]  # as the formats suite
+        (formats.FORMATS_QUICK["format_models"], formats.FORMATS_QUICK["bfloat16_serving"])
+    ]  # as the formats suite
     assert results["formats"] == fake_format_rows(format_calls[0]) and "| `quadratic_tiny` | litert |" in table
     assert "speed-up" in capsys.readouterr().out
 
@@ -78,8 +86,17 @@ def fake_format_rows(settings):
     """Made-up rows of `format_benchmark`, one per runtime for each of the settings' models."""
     from keras_attnconv.bench.formats import RUNTIMES
 
-    return [{"model": model, "runtime": runtime, "batch1_ms": 1.0, "batch64_images_per_second": 64.0,
-             "max_abs_difference": 0.0} for model in settings["format_models"] for runtime in RUNTIMES]
+    return [
+        {
+            "model": model,
+            "runtime": runtime,
+            "batch1_ms": 1.0,
+            "batch64_images_per_second": 64.0,
+            "max_abs_difference": 0.0,
+        }
+        for model in settings["format_models"]
+        for runtime in RUNTIMES
+    ]
 
 
 def assert_format_rows(rows):
@@ -98,8 +115,9 @@ def assert_format_rows(rows):
 def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path, capsys):
     # The wiring, one tiny model (the quick suite checks the rows); without a ResNet its ratio column is "-".
     output = tmp_path / "steps.json"
-    assert cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output",
-                     str(output)]) == 0
+    assert (
+        cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output", str(output)]) == 0
+    )
     results = json.loads(output.read_text())
     assert {row["model"] for row in results["models"]} == {"quadratic_tiny"} and results["matmul"]
     assert results["settings"]["models"] == ["quadratic_tiny"]
@@ -107,7 +125,6 @@ def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path
     assert table.startswith("Machine: ") and "bfloat16 units:" in table and "| `quadratic_tiny` | float32 |" in table
     assert all(line.endswith("| - |") for line in table.splitlines() if line.startswith("| `quadratic_tiny`"))
     assert "| model | precision | path |" in capsys.readouterr().out
-
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a choice between TensorFlow's two paths")
@@ -118,13 +135,16 @@ def test_the_steps_suite_records_each_models_faster_path_and_the_next_run_checks
     runs = []
     for index in range(2):
         output = tmp_path / f"steps{index}.json"
-        assert cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output",
-                         str(output)]) == 0
+        assert (
+            cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output", str(output)])
+            == 0
+        )
         runs.append({row["path"]: row for row in json.loads(output.read_text())["models"]})
     fastest = [next(path for path, row in run.items() if row["fastest"]) for run in runs]
     # What "auto" takes now: the second run's faster path; the second run's rule: the first run's.
     assert measured_jit_compile(build_model("quadratic_tiny", seed=0), "float32") is (fastest[1] == "xla")
     assert next(path for path, row in runs[1].items() if row["rule"]) == fastest[0]
+
 
 def test_the_formats_suite_alone(tmp_path, capsys):
     output = tmp_path / "formats.json"
@@ -134,26 +154,37 @@ def test_the_formats_suite_alone(tmp_path, capsys):
     assert "| `quadratic_tiny` | litert |" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("setting, units, measured", [
-    ("auto", "AMX", True), ("auto", "AVX-512 BF16", True), ("auto", None, False),
-    (True, None, True), (False, "AMX", False),
-])
-def test_the_bfloat16_savedmodel_is_measured_where_the_cpu_has_bfloat16_units_unless_forced(setting, units,
-                                                                                             measured):
+@pytest.mark.parametrize(
+    "setting, units, measured",
+    [
+        ("auto", "AMX", True),
+        ("auto", "AVX-512 BF16", True),
+        ("auto", None, False),
+        (True, None, True),
+        (False, "AMX", False),
+    ],
+)
+def test_the_bfloat16_savedmodel_is_measured_where_the_cpu_has_bfloat16_units_unless_forced(setting, units, measured):
     assert formats.measures_bfloat16_serving(setting, units) is measured
 
 
 def test_a_bad_bfloat16_serving_setting_is_refused_before_anything_is_exported(monkeypatch):
     monkeypatch.setattr(formats, "unavailable", lambda: pytest.fail("the runtimes were looked up"))
-    with pytest.raises(ValueError, match=r"`bfloat16_serving` must be true, false or \"auto\"\. "
-                                         r"Received: bfloat16_serving='yes'"):
+    with pytest.raises(
+        ValueError,
+        match=r"`bfloat16_serving` must be true, false or \"auto\"\. "
+        r"Received: bfloat16_serving='yes'",
+    ):
         formats.format_benchmark(("quadratic_tiny",), repeats=1, bfloat16_serving="yes")
 
 
-@pytest.mark.parametrize("given, expected", [([], "auto"), (["--bfloat16-serving", "yes"], True),
-                                             (["--bfloat16-serving", "no"], False), (["--quick"], True)])
-def test_the_formats_suite_measures_the_bfloat16_savedmodel_as_the_command_line_says(tmp_path, capsys, monkeypatch,
-                                                                                   given, expected):
+@pytest.mark.parametrize(
+    "given, expected",
+    [([], "auto"), (["--bfloat16-serving", "yes"], True), (["--bfloat16-serving", "no"], False), (["--quick"], True)],
+)
+def test_the_formats_suite_measures_the_bfloat16_savedmodel_as_the_command_line_says(
+    tmp_path, capsys, monkeypatch, given, expected
+):
     settings = []
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: settings.append(kwargs) or {"skipped": "a test"})
     assert cli.main(["bench", "--suite", "formats", *given, "--output", str(tmp_path / "o.json")]) == 0
@@ -174,9 +205,10 @@ def test_a_cpu_without_bfloat16_units_gets_no_bfloat16_savedmodel_and_its_row_sa
     monkeypatch.setattr(formats, "cpu_capabilities", lambda: {"bfloat16_units": None})
     monkeypatch.setattr(formats, "unavailable", lambda: None)
     exported = []
-    monkeypatch.setattr("keras_attnconv.export.exporter.export_model",
-                        lambda model, path, **options: exported.append(options) or path)
-    probabilities = lambda model, path: (lambda x: np.full((len(x), 10), 0.1))  # noqa: E731
+    monkeypatch.setattr(
+        "keras_attnconv.export.exporter.export_model", lambda model, path, **options: exported.append(options) or path
+    )
+    probabilities = lambda model, path: lambda x: np.full((len(x), 10), 0.1)  # noqa: E731
     monkeypatch.setattr(formats, "_LOADERS", dict.fromkeys(formats.RUNTIMES, probabilities))
     rows = formats.format_benchmark(**{**formats.FORMATS_FULL, "format_models": ("quadratic_tiny",), "repeats": 1})
     assert [row["runtime"] for row in rows] == list(formats.RUNTIMES)
@@ -193,21 +225,27 @@ def test_program_memory_is_the_largest_buffer_assignment(tmp_path):
     from keras_attnconv.bench.measure import largest_program_mib
 
     assert largest_program_mib(str(tmp_path)) is None  # nothing compiled with XLA
-    step = ("allocation 0: size 3145728, parameter 0, shape |f32[786432]| at ShapeIndex {}:\n"
-            " value: <1 x @0> (size=3145728,offset=0): f32[786432]{0}\n"
-            "allocation 1: size 1048576, preallocated-temp:\n"
-            " value: <2 y @0> (size=1048576,offset=0): f32[262144]{0}\n")
+    step = (
+        "allocation 0: size 3145728, parameter 0, shape |f32[786432]| at ShapeIndex {}:\n"
+        " value: <1 x @0> (size=3145728,offset=0): f32[786432]{0}\n"
+        "allocation 1: size 1048576, preallocated-temp:\n"
+        " value: <2 y @0> (size=1048576,offset=0): f32[262144]{0}\n"
+    )
     (tmp_path / "module_0002.jit_train_step.cpu_after_optimizations-buffer-assignment.txt").write_text(step)
     (tmp_path / "module_0001.jit_small.cpu_after_optimizations-buffer-assignment.txt").write_text(
-        "allocation 0: size 1048576, parameter 0:\nTotal bytes used: 1048576 (1.00MiB)\n")
+        "allocation 0: size 1048576, parameter 0:\nTotal bytes used: 1048576 (1.00MiB)\n"
+    )
     assert largest_program_mib(str(tmp_path)) == 4.0
 
 
 def test_gpu_suite_covers_every_model_precision_and_both_quadratic_paths():
     found = {(case["model"], case["precision"], case["forced_path"]) for case in gpu_suite.cases(bench.GPU_FULL)}
     precisions = ("float32", "mixed_bfloat16", "mixed_float16")
-    expected = {(model, precision, None) for model in ("gaussian", "learned", "learned_content", "resnet18")
-                for precision in precisions}
+    expected = {
+        (model, precision, None)
+        for model in ("gaussian", "learned", "learned_content", "resnet18")
+        for precision in precisions
+    }
     expected |= {("quadratic", precision, path) for path in ("separable", "position") for precision in precisions}
     assert found == expected
     assert bench.GPU_FULL["batch"] == 100 and bench.GPU_FULL["steps"] >= 20 and bench.GPU_FULL["fit_images"] >= 5000
@@ -244,8 +282,11 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
         # XLA's count of the work, and the floor it sets, for the model measured on each path only.
         costed = row["model"] == "quadratic_tiny"
         floor = gpu_suite.floor_ms(row, results["matmul_tflops"], results["read_gbps"])
-        assert (row["xla_flops"] > 0 and row["xla_bytes"] > 0 and floor > 0) if costed else (
-            row["xla_flops"] is None and floor is None)
+        assert (
+            (row["xla_flops"] > 0 and row["xla_bytes"] > 0 and floor > 0)
+            if costed
+            else (row["xla_flops"] is None and floor is None)
+        )
     assert results["read_gbps"] > 0
     table = (tmp_path / "gpu.md").read_text()
     assert "| model | path | precision |" in table and f"{auto} (auto)" in table and "| floor ms |" in table
@@ -253,14 +294,26 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
 
 
 # A GPU suite's worker results, made up: the suite's bookkeeping without a device.
-FAKE_GPU_REFERENCES = {"device": {"device": "fake", "backend": "jax"},
-                       "matmul_tflops": dict.fromkeys(("float32", "bfloat16", "float16"), 1.0), "read_gbps": 1.0}
+FAKE_GPU_REFERENCES = {
+    "device": {"device": "fake", "backend": "jax"},
+    "matmul_tflops": dict.fromkeys(("float32", "bfloat16", "float16"), 1.0),
+    "read_gbps": 1.0,
+}
 
 
 def fake_gpu_row(case):
-    return {**{k: case[k] for k in ("model", "precision", "forced_path")}, "path": case["forced_path"],
-            "auto_path": None, "compile_seconds": 1.0, "step_ms": 2.0, "fit_images_per_second": 3.0,
-            "peak_memory_mib": 4.0, "memory_source": "fake", "achieved_tflops": 0.5, "flops_per_step": 1e9}
+    return {
+        **{k: case[k] for k in ("model", "precision", "forced_path")},
+        "path": case["forced_path"],
+        "auto_path": None,
+        "compile_seconds": 1.0,
+        "step_ms": 2.0,
+        "fit_images_per_second": 3.0,
+        "peak_memory_mib": 4.0,
+        "memory_source": "fake",
+        "achieved_tflops": 0.5,
+        "flops_per_step": 1e9,
+    }
 
 
 def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch):
@@ -312,10 +365,25 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
 
     monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
     output = tmp_path / "gpu64.json"
-    assert cli.main(["bench", "--suite", "gpu", "--models", "learned_content,learned_content_local",
-                     "--image-size", "64", "--output", str(output)]) == 0
-    assert chosen == [(model, 64) for _ in bench.GPU_FULL["precisions"]
-                      for model in ("learned_content", "learned_content_local")]
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--suite",
+                "gpu",
+                "--models",
+                "learned_content,learned_content_local",
+                "--image-size",
+                "64",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
+    assert chosen == [
+        (model, 64) for _ in bench.GPU_FULL["precisions"] for model in ("learned_content", "learned_content_local")
+    ]
     settings = json.loads(output.read_text())["settings"]
     assert settings["models"] == ["learned_content", "learned_content_local"] and settings["image_size"] == 64
 
@@ -323,48 +391,99 @@ def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, mo
 def test_gpu_suite_precisions_come_from_the_command_line(tmp_path, monkeypatch):
     # A run cut short by a device's time limit measures the cases it left into a file of its own.
     measured = []
-    monkeypatch.setattr(gpu_suite, "run_in_workers", lambda kind, cases, concurrently: (
-        [FAKE_GPU_REFERENCES] if kind == "gpu-references"
-        else [measured.append(cases[0]["precision"]) or fake_gpu_row(cases[0])]))
+    monkeypatch.setattr(
+        gpu_suite,
+        "run_in_workers",
+        lambda kind, cases, concurrently: (
+            [FAKE_GPU_REFERENCES]
+            if kind == "gpu-references"
+            else [measured.append(cases[0]["precision"]) or fake_gpu_row(cases[0])]
+        ),
+    )
     output = tmp_path / "gpu-rest.json"
-    assert cli.main(["bench", "--suite", "gpu", "--models", "resnet18", "--precisions", "mixed_float16,float32",
-                     "--output", str(output)]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--suite",
+                "gpu",
+                "--models",
+                "resnet18",
+                "--precisions",
+                "mixed_float16,float32",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
     assert measured == ["mixed_float16", "float32"]
     assert json.loads(output.read_text())["settings"]["precisions"] == ["mixed_float16", "float32"]
 
 
 def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_path, monkeypatch):
     chosen = []
-    monkeypatch.setattr(cpu_suite, "model_step_benchmark",
-                        lambda **settings: chosen.append(settings["precisions"]) or ([], []))
-    assert cli.main(["bench", "--suite", "steps", "--quick", "--precisions", "mixed_bfloat16", "--output",
-                     str(tmp_path / "steps.json")]) == 0
+    monkeypatch.setattr(
+        cpu_suite, "model_step_benchmark", lambda **settings: chosen.append(settings["precisions"]) or ([], [])
+    )
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--suite",
+                "steps",
+                "--quick",
+                "--precisions",
+                "mixed_bfloat16",
+                "--output",
+                str(tmp_path / "steps.json"),
+            ]
+        )
+        == 0
+    )
     assert chosen == [("mixed_bfloat16",)]
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--suite", "cpu", "--precisions", "float32"],
-     "--precisions is for the gpu and steps suites; the cpu suite has its own cases. Received: --suite cpu"),
-    (["--suite", "gpu", "--precisions", "mixed_bfloat61"],
-     "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'"),
-    (["--suite", "steps", "--precisions", "bfloat16"],
-     "`precisions` must keep float32 weights to train: one of 'float32', 'mixed_bfloat16', 'mixed_float16'"),
-    (["--suite", "gpu", "--precisions", "float32,float32"],
-     "`precisions` must name each training precision to measure once: some of 'float32', 'mixed_bfloat16', "
-     "'mixed_float16'. Received: precisions='float32,float32'"),
-    (["--suite", "cpu", "--models", "quadratic"],
-     "--models is for the gpu, steps and formats suites; the cpu suite has its own cases. Received: --suite cpu"),
-    (["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
-     "--models is for the gpu, steps and formats suites, --image-size is for the gpu suite; the profile suite"),
-    (["--suite", "steps", "--image-size", "64"], "--image-size is for the gpu suite; the steps suite has its own"),
-    (["--suite", "steps", "--bfloat16-serving", "yes"],
-     "--bfloat16-serving is for the formats suite; the steps suite has its own cases"),
-    (["--suite", "steps", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
-    (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
-    (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
-    (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
-    (["--suite", "gpu", "--models", "quadratic", "--image-size", "33"], "`image_size` must be a multiple of"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            ["--suite", "cpu", "--precisions", "float32"],
+            "--precisions is for the gpu and steps suites; the cpu suite has its own cases. Received: --suite cpu",
+        ),
+        (
+            ["--suite", "gpu", "--precisions", "mixed_bfloat61"],
+            "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'",
+        ),
+        (
+            ["--suite", "steps", "--precisions", "bfloat16"],
+            "`precisions` must keep float32 weights to train: one of 'float32', 'mixed_bfloat16', 'mixed_float16'",
+        ),
+        (
+            ["--suite", "gpu", "--precisions", "float32,float32"],
+            "`precisions` must name each training precision to measure once: some of 'float32', 'mixed_bfloat16', "
+            "'mixed_float16'. Received: precisions='float32,float32'",
+        ),
+        (
+            ["--suite", "cpu", "--models", "quadratic"],
+            "--models is for the gpu, steps and formats suites; the cpu suite has its own cases. Received: --suite cpu",
+        ),
+        (
+            ["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
+            "--models is for the gpu, steps and formats suites, --image-size is for the gpu suite; the profile suite",
+        ),
+        (["--suite", "steps", "--image-size", "64"], "--image-size is for the gpu suite; the steps suite has its own"),
+        (
+            ["--suite", "steps", "--bfloat16-serving", "yes"],
+            "--bfloat16-serving is for the formats suite; the steps suite has its own cases",
+        ),
+        (["--suite", "steps", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
+        (["--suite", "gpu", "--models", "quadratic", "--image-size", "33"], "`image_size` must be a multiple of"),
+    ],
+)
 def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
     monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(cpu_suite, "model_step_benchmark", lambda **kwargs: pytest.fail("a step was measured"))
@@ -380,40 +499,68 @@ def test_the_formats_suite_refuses_a_model_that_does_not_take_the_sample_images(
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: pytest.fail("a format was measured"))
     assert cli.main(["bench", "--suite", "formats", "--models", "quadratic", "--output", str(tmp_path / "o.json")]) == 2
     assert "runs the embedded 16x16 CIFAR-10 images; 'quadratic' takes 32x32. Received: models=('quadratic',)" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def _step_row(precision, fraction, step_ms, path="xla", rule=True, model="quadratic"):
-    return {"model": model, "precision": precision, "path": path, "rule": rule, "fraction_of_matmul": fraction,
-            "step_ms": step_ms}
+    return {
+        "model": model,
+        "precision": precision,
+        "path": path,
+        "rule": rule,
+        "fraction_of_matmul": fraction,
+        "step_ms": step_ms,
+    }
 
 
-@pytest.mark.parametrize("units, bfloat16_row, expected", [
-    # Without bfloat16 units: the float32 target only, and a line saying why there is no bfloat16 one.
-    (None, _step_row("mixed_bfloat16", 0.2, 3000.0),
-     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
-      "- `quadratic` mixed_bfloat16: no target on a CPU without bfloat16 units (AMX, AVX-512 BF16)"]),
-    # AMX: half the bfloat16 matmul rate, on the rule's path (the graph), not the other one.
-    ("AMX", _step_row("mixed_bfloat16", 0.55, 1350.0, path="graph"),
-     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
-      "- `quadratic` mixed_bfloat16 (graph) at >= 50% of the best bfloat16 matmul rate: 55%, met"]),
-    # AVX-512 BF16 without AMX: twice the float32 step's speed (3,150 / 2,100 = 1.5x).
-    ("AVX-512 BF16", _step_row("mixed_bfloat16", 0.3, 2100.0, path="graph"),
-     ["- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
-      "- `quadratic` mixed_bfloat16 (graph) at >= 2x the float32 step's speed (AVX-512 BF16): 1.50x, "
-      "missed by 1.33x"]),
-])
-def test_the_steps_table_says_which_cpu_targets_are_met_and_by_how_much_others_are_missed(units, bfloat16_row,
-                                                                                          expected):
+@pytest.mark.parametrize(
+    "units, bfloat16_row, expected",
+    [
+        # Without bfloat16 units: the float32 target only, and a line saying why there is no bfloat16 one.
+        (
+            None,
+            _step_row("mixed_bfloat16", 0.2, 3000.0),
+            [
+                "- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+                "- `quadratic` mixed_bfloat16: no target on a CPU without bfloat16 units (AMX, AVX-512 BF16)",
+            ],
+        ),
+        # AMX: half the bfloat16 matmul rate, on the rule's path (the graph), not the other one.
+        (
+            "AMX",
+            _step_row("mixed_bfloat16", 0.55, 1350.0, path="graph"),
+            [
+                "- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+                "- `quadratic` mixed_bfloat16 (graph) at >= 50% of the best bfloat16 matmul rate: 55%, met",
+            ],
+        ),
+        # AVX-512 BF16 without AMX: twice the float32 step's speed (3,150 / 2,100 = 1.5x).
+        (
+            "AVX-512 BF16",
+            _step_row("mixed_bfloat16", 0.3, 2100.0, path="graph"),
+            [
+                "- `quadratic` float32 (xla) at >= 75% of the best float32 matmul rate: 68%, missed by 7 points",
+                "- `quadratic` mixed_bfloat16 (graph) at >= 2x the float32 step's speed (AVX-512 BF16): 1.50x, "
+                "missed by 1.33x",
+            ],
+        ),
+    ],
+)
+def test_the_steps_table_says_which_cpu_targets_are_met_and_by_how_much_others_are_missed(
+    units, bfloat16_row, expected
+):
     from keras_attnconv.bench.step_targets import targets_markdown
 
-    rows = [_step_row("float32", 0.68, 3150.0), _step_row("float32", 0.9, 100.0, path="graph", rule=False),
-            _step_row("mixed_bfloat16", 0.99, 10.0, path="xla" if bfloat16_row["path"] == "graph" else "graph",
-                      rule=False),
-            _step_row("float32", 0.99, 10.0, model="resnet18"), bfloat16_row]
-    assert targets_markdown(rows, units).splitlines() == ["Targets (keras_attnconv/bench/step_targets.py):",
-                                                          *expected]
+    rows = [
+        _step_row("float32", 0.68, 3150.0),
+        _step_row("float32", 0.9, 100.0, path="graph", rule=False),
+        _step_row("mixed_bfloat16", 0.99, 10.0, path="xla" if bfloat16_row["path"] == "graph" else "graph", rule=False),
+        _step_row("float32", 0.99, 10.0, model="resnet18"),
+        bfloat16_row,
+    ]
+    assert targets_markdown(rows, units).splitlines() == ["Targets (keras_attnconv/bench/step_targets.py):", *expected]
 
 
 def test_a_run_without_the_quadratic_model_lists_no_targets():
@@ -432,14 +579,16 @@ def test_an_output_named_for_either_format_writes_both_files(tmp_path, capsys, m
     assert markdown_path.read_text() == "Inference in each export format: not measured (a test).\n"
 
 
-def test_scale_suite_measures_each_device_count_with_the_same_global_batch(tmp_path, monkeypatch,
-                                                                            jax_without_tensorflow):
+def test_scale_suite_measures_each_device_count_with_the_same_global_batch(
+    tmp_path, monkeypatch, jax_without_tensorflow
+):
     # The workers run on JAX without TensorFlow (faster to start, and the GPU machine's setting); a count of
     # devices the batch does not split over is skipped, and said so, without a worker's compile.
     monkeypatch.setenv("PYTHONPATH", jax_without_tensorflow["PYTHONPATH"])
     output = tmp_path / "scale.json"
-    results = bench.run_scale_benchmark(quick=True, output=str(output), devices=(2, 3), batch=8, image_size=8,
-                                        fit_images=16, timed_epochs=1)
+    results = bench.run_scale_benchmark(
+        quick=True, output=str(output), devices=(2, 3), batch=8, image_size=8, fit_images=16, timed_epochs=1
+    )
     assert json.loads(output.read_text())["settings"]["devices"] == [2, 3]
     assert results["device"]["backend"] == "jax" and results["device"]["cpu_model"]
     rows = {row["devices"]: row for row in results["rows"]}
@@ -457,13 +606,21 @@ def test_scale_suite_measures_each_device_count_with_the_same_global_batch(tmp_p
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() < 2, reason="needs CPU affinity and 2 CPUs")
 def test_a_report_says_how_many_cpus_a_confined_process_could_use():
     # As `taskset -c 0 attnconv bench ...` runs it: the thread pools are sized by the usable CPUs, not the machine's.
-    confined = subprocess.run([sys.executable, "-c", "from keras_attnconv.utils.reports import usable_cpus; "
-                               "print(usable_cpus())"], capture_output=True, text=True, check=True,
-                              preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    confined = subprocess.run(
+        [sys.executable, "-c", "from keras_attnconv.utils.reports import usable_cpus; print(usable_cpus())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
     assert confined.stdout.strip() == "1"
     machine = {"processor": "x86_64", "cpus": 2, "cpu": {"model": "AMD EPYC", "vector_units": "AVX2"}}
     assert cpu_suite.machine_text({**machine, "cpus_usable": 1}).startswith(
-        "AMD EPYC, 2 CPUs, 1 of them usable by the process (bfloat16 units: none; vectors: AVX2)")
+        "AMD EPYC, 2 CPUs, 1 of them usable by the process (bfloat16 units: none; vectors: AVX2)"
+    )
     # All of them, or a file written before this was recorded: the machine's count alone.
-    assert cpu_suite.machine_text({**machine, "cpus_usable": 2}) == cpu_suite.machine_text(machine) == (
-        "AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
+    assert (
+        cpu_suite.machine_text({**machine, "cpus_usable": 2})
+        == cpu_suite.machine_text(machine)
+        == ("AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
+    )

@@ -23,15 +23,18 @@ def test_an_ops_kind_is_its_type_or_its_xla_name_without_numbers():
     assert category("loop_multiply_fusion") == "other"
     assert category("loop_convert_fusion") == category("convert_bitcast_fusion") == "other"  # casts, not convolutions
     # A GPU's matmuls are named by their library's kernels.
-    assert category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT") == category("sm90_xmma_gemm_f32f32_tf32f32") == (
-        "matmul")
+    assert (
+        category("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT") == category("sm90_xmma_gemm_f32f32_tf32f32") == ("matmul")
+    )
 
 
 def test_self_time_goes_to_the_op_a_framework_event_runs_inside_else_to_framework_and_waiting():
-    main_thread = [("EagerExecute", 0, 10 * MS),  # waits 10 ms for the step, 3 ms of it its own
-                   ("a/MatMul:MatMul", 1 * MS, 4 * MS),
-                   ("ParallelFor", 2 * MS, 2 * MS),  # the thread pool running the MatMul: the MatMul's time
-                   ("b/Mul:Mul", 6 * MS, 3 * MS)]
+    main_thread = [
+        ("EagerExecute", 0, 10 * MS),  # waits 10 ms for the step, 3 ms of it its own
+        ("a/MatMul:MatMul", 1 * MS, 4 * MS),
+        ("ParallelFor", 2 * MS, 2 * MS),  # the thread pool running the MatMul: the MatMul's time
+        ("b/Mul:Mul", 6 * MS, 3 * MS),
+    ]
     pool_thread = [("ThunkExecutor::Execute", 0, 5 * MS), ("MatMul.3", 0, 4 * MS)]
     seconds = self_times_by_kind([main_thread, pool_thread])
     assert seconds["MatMul"] == pytest.approx(8e-3)  # 4 ms (its ParallelFor included) + 4 ms on the pool
@@ -49,7 +52,8 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     assert not list(scratch.glob("attnconv-profile-*"))  # the traces are read, not left behind
     results = json.loads(output.read_text())
     assert [(row["precision"], row["path"]) for row in results["rows"]] == [
-        (precision, path) for precision in bench.PROFILE_QUICK["precisions"] for path in ("xla", "graph")]
+        (precision, path) for precision in bench.PROFILE_QUICK["precisions"] for path in ("xla", "graph")
+    ]
     for row in results["rows"]:
         total, share = profile_suite.shares(row)
         assert row["step_ms"] > 0 and total > 0 and share["matmul"] > 0

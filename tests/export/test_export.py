@@ -23,8 +23,8 @@ from support import requires_tensorflow, served_config, tiny_model, tree_digest
 
 from keras_attnconv import build_model, export, save_to_preset
 from keras_attnconv.export import exporter, formats
-from keras_attnconv.training.data import dataset_info, load_arrays
 from keras_attnconv.export.root import VERSION_FILES, ExportRoot
+from keras_attnconv.training.data import dataset_info, load_arrays
 from keras_attnconv.utils.ownership import write_mark
 
 pytestmark = requires_tensorflow
@@ -88,7 +88,10 @@ def test_signature_contract(exported):
     assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]
     outputs = served.structured_outputs
     assert {k: v.dtype for k, v in outputs.items()} == {
-        "probabilities": tf.float32, "classes": tf.int64, "class_names": tf.string}
+        "probabilities": tf.float32,
+        "classes": tf.int64,
+        "class_names": tf.string,
+    }
     assert outputs["probabilities"].shape.as_list() == [None, 10]
     assert outputs["classes"].shape.as_list() == [None]
     with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
@@ -121,7 +124,11 @@ def test_metadata_says_what_was_exported(exported):
     model, _, path = exported
     metadata = metadata_of(path)
     assert (metadata["model"], metadata["serving_name"], metadata["version"], metadata["format"]) == (
-        "quadratic_tiny", "quadratic_tiny", 1, "saved_model")
+        "quadratic_tiny",
+        "quadratic_tiny",
+        1,
+        "saved_model",
+    )
     assert metadata["note"] == "test" and metadata["class"] == "keras_attnconv>AttentionClassifier"
     assert metadata["config"] == json.loads(json.dumps(model.get_config()))
     assert metadata["preprocessing"]["class_names"] == list(dataset_info("cifar10").class_names)
@@ -140,7 +147,8 @@ def saved_graph_dtypes(path):
     graph = proto.meta_graphs[0].graph_def
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     return {attr.type for node in nodes for attr in node.attr.values() if attr.type} | {
-        t for node in nodes for attr in node.attr.values() for t in attr.list.type}
+        t for node in nodes for attr in node.attr.values() for t in attr.list.type
+    }
 
 
 def test_a_mixed_precision_model_is_exported_as_its_float32_copy(tmp_path):
@@ -155,8 +163,12 @@ def test_a_mixed_precision_model_is_exported_as_its_float32_copy(tmp_path):
     rebuilt.set_weights(trained.get_weights())
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     pixels = images(4)
-    np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
-                               keras_probabilities(rebuilt, pixels), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        served(images=tf.constant(pixels))["probabilities"].numpy(),
+        keras_probabilities(rebuilt, pixels),
+        rtol=1e-5,
+        atol=1e-7,
+    )
 
 
 def test_a_bfloat16_export_computes_in_bfloat16_behind_the_float32_signature(tmp_path, exported):
@@ -181,11 +193,19 @@ def test_a_bfloat16_export_computes_in_bfloat16_behind_the_float32_signature(tmp
     assert 0 < difference < 2e-2
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"compute_dtype": "float16"}, "`compute_dtype` must be one of 'float32', 'bfloat16'.* Received: compute_dtype='float16'"),
-    ({"compute_dtype": "bfloat16", "format": "onnx"},
-     "other than float32 apply to SavedModels only.* format='onnx'.* compute_dtype='bfloat16'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"compute_dtype": "float16"},
+            "`compute_dtype` must be one of 'float32', 'bfloat16'.* Received: compute_dtype='float16'",
+        ),
+        (
+            {"compute_dtype": "bfloat16", "format": "onnx"},
+            "other than float32 apply to SavedModels only.* format='onnx'.* compute_dtype='bfloat16'",
+        ),
+    ],
+)
 def test_a_compute_dtype_is_checked_before_any_work(tmp_path, forbid_work, options, message):
     with pytest.raises(ValueError, match=message):
         export.export_model(tiny_model(), tmp_path / "exports", warmup=False, **options)
@@ -222,8 +242,9 @@ def test_xla_export_matches(tmp_path, exported):
     path = export.export_model(model, tmp_path, serving_name="xla", jit_compile=True, warmup=False)
     served = tf.saved_model.load(str(path)).signatures["serving_default"]
     pixels = images(3)
-    np.testing.assert_allclose(served(images=tf.constant(pixels))["probabilities"].numpy(),
-                               keras_probabilities(model, pixels), atol=1e-5)
+    np.testing.assert_allclose(
+        served(images=tf.constant(pixels))["probabilities"].numpy(), keras_probabilities(model, pixels), atol=1e-5
+    )
 
 
 def test_export_all_writes_each_registered_configuration_under_its_own_name(tmp_path, monkeypatch):
@@ -242,8 +263,15 @@ def test_export_all_writes_each_registered_configuration_under_its_own_name(tmp_
 
 def trained_run(path, model):
     """A finished training run as `train` leaves it: its best model as preset/ with the metrics of its weights."""
-    save_to_preset(model, path / "preset", metadata={"weights": "trained: the best epoch", "dataset": "cifar10",
-                                                     "metrics": {"eval_accuracy": 0.284, "epoch": 5}})
+    save_to_preset(
+        model,
+        path / "preset",
+        metadata={
+            "weights": "trained: the best epoch",
+            "dataset": "cifar10",
+            "metrics": {"eval_accuracy": 0.284, "epoch": 5},
+        },
+    )
     return path
 
 
@@ -363,8 +391,9 @@ def export_at_once(root, names):
     """Exports a tiny model named after each of `names`, each in a process of its own, all starting together."""
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(len(names)), context.Queue()
-    workers = [context.Process(target=_export_tiny_after_barrier, args=(barrier, str(root), results, name))
-               for name in names]
+    workers = [
+        context.Process(target=_export_tiny_after_barrier, args=(barrier, str(root), results, name)) for name in names
+    ]
     for worker in workers:
         worker.start()
     paths = sorted(results.get(timeout=300) for _ in workers)
@@ -522,8 +551,11 @@ def test_an_export_its_runtime_cannot_run_is_refused_and_nothing_is_published(tm
     module, _ = export.RUNTIMES[format]
     pytest.importorskip(module)
     monkeypatch.setitem(export.RUNTIMES, format, (module, refuse))
-    with pytest.raises(RuntimeError, match=f"The {format} export of tiny cannot be run by {module} .Tensor 52 is "
-                                           f"invalidly specified in schema..; nothing was published"):
+    with pytest.raises(
+        RuntimeError,
+        match=f"The {format} export of tiny cannot be run by {module} .Tensor 52 is "
+        f"invalidly specified in schema..; nothing was published",
+    ):
         export.export_model(tiny_model(), tmp_path, format=format, warmup=False)
     assert [p.name for p in (tmp_path / "tiny").iterdir()] == []
 
@@ -537,7 +569,7 @@ def test_a_litert_file_its_interpreter_cannot_load_is_never_published(tmp_path, 
         # file for position-only heads on a 2x2 grid before they were one batched matmul.
         signature = convert(model, staging, format, description)
         path = staging / VERSION_FILES[format]
-        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
         return signature
 
     monkeypatch.setattr(exporter, "write_single_file", convert_to_a_damaged_file)
@@ -545,8 +577,7 @@ def test_a_litert_file_its_interpreter_cannot_load_is_never_published(tmp_path, 
         export.export_model(build_model("quadratic_tiny", seed=0, **SMALL), tmp_path, format="litert")
     assert [p.name for p in (tmp_path / "quadratic_tiny").iterdir()] == []
     monkeypatch.undo()
-    path = export.export_model(build_model("quadratic_tiny", seed=0, image_size=8, **SMALL), tmp_path,
-                               format="litert")
+    path = export.export_model(build_model("quadratic_tiny", seed=0, image_size=8, **SMALL), tmp_path, format="litert")
     assert path == tmp_path / "quadratic_tiny" / "1"
 
 
@@ -557,12 +588,14 @@ def test_position_only_heads_on_a_2x2_grid_export_to_a_litert_file_that_runs(tmp
     assert path == tmp_path / "quadratic_tiny" / "1"
 
 
-@pytest.mark.parametrize("export_dir, message", [
-    ("a\0b", "`export_dir` cannot hold a NUL byte"),
-    ("x" * 300, "`export_dir` has a name of 300 characters"),
-])
-def test_an_export_root_the_system_cannot_name_is_refused_before_any_work(tmp_path, export_dir, message,
-                                                                          forbid_work):
+@pytest.mark.parametrize(
+    "export_dir, message",
+    [
+        ("a\0b", "`export_dir` cannot hold a NUL byte"),
+        ("x" * 300, "`export_dir` has a name of 300 characters"),
+    ],
+)
+def test_an_export_root_the_system_cannot_name_is_refused_before_any_work(tmp_path, export_dir, message, forbid_work):
     with pytest.raises(ValueError, match=message):
         export.export_model(tiny_model(), tmp_path / export_dir, warmup=False)
     with pytest.raises(ValueError, match=message):

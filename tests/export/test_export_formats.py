@@ -25,9 +25,17 @@ from keras_attnconv.training.data import load_arrays
 pytestmark = requires_tensorflow
 
 #: A registered tiny model of each family, shrunk to one block where it has blocks.
-FAMILIES = {"quadratic": "quadratic_tiny", "gaussian": "gaussian_tiny", "learned": "learned_tiny",
-            "learned_content": "learned_content_tiny", "siren": "siren_tiny", "span": "quadratic_span_tiny",
-            "local": "learned_content_local_tiny", "absolute": "absolute_learned_tiny", "resnet": "resnet_tiny"}
+FAMILIES = {
+    "quadratic": "quadratic_tiny",
+    "gaussian": "gaussian_tiny",
+    "learned": "learned_tiny",
+    "learned_content": "learned_content_tiny",
+    "siren": "siren_tiny",
+    "span": "quadratic_span_tiny",
+    "local": "learned_content_local_tiny",
+    "absolute": "absolute_learned_tiny",
+    "resnet": "resnet_tiny",
+}
 LOGITS_TOLERANCE = 1e-4
 
 
@@ -59,8 +67,10 @@ def exports(models, tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("exports")
     presets = {family: save_to_preset(model, root / "presets" / family) for family, model in models.items()}
-    return {fmt: {family: export_source(preset, root / fmt, format=fmt) for family, preset in presets.items()}
-            for fmt in export.FORMATS}
+    return {
+        fmt: {family: export_source(preset, root / fmt, format=fmt) for family, preset in presets.items()}
+        for fmt in export.FORMATS
+    }
 
 
 def assert_same_predictions(found, expected):
@@ -141,8 +151,11 @@ def test_each_format_records_its_signature_and_the_models_identity(exports, mode
             metadata = json.loads(metadata_path.read_text())
             assert (metadata["format"], metadata["model"], metadata["version"]) == (fmt, models[family].name, 1)
             assert metadata["signature"]["inputs"] == {"images": ["uint8", [None, 32, 32, 3]]}
-            outputs = {"saved_model": {"probabilities", "classes", "class_names"}, "onnx": {"logits"},
-                       "litert": {"logits"}}[fmt]
+            outputs = {
+                "saved_model": {"probabilities", "classes", "class_names"},
+                "onnx": {"logits"},
+                "litert": {"logits"},
+            }[fmt]
             assert set(metadata["signature"]["outputs"]) == outputs
 
 

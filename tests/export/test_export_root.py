@@ -13,8 +13,8 @@ from support import requires_tensorflow, run_until_killed, served_config, snapsh
 
 from keras_attnconv import build_model, cli, export, save_to_preset
 from keras_attnconv.export.root import MAX_VERSION, ExportRoot
-from keras_attnconv.utils.ownership import mark_of
 from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import mark_of
 
 pytestmark = requires_tensorflow
 
@@ -56,13 +56,16 @@ def a_photo_folder_with_a_models_config(path):
     return path
 
 
-@pytest.mark.parametrize("make, holds", [
-    (a_run, "holds a training run directory"),
-    (a_preset, "holds a preset directory"),
-    (a_users_folder, r"holds files without keras_attnconv's mark \(notes.txt, photos\)"),
-    (a_photo_folder, r"holds files without keras_attnconv's mark \(2023\)"),
-    (a_photo_folder_with_a_models_config, r"holds files without keras_attnconv's mark \(2023, models.config\)"),
-])
+@pytest.mark.parametrize(
+    "make, holds",
+    [
+        (a_run, "holds a training run directory"),
+        (a_preset, "holds a preset directory"),
+        (a_users_folder, r"holds files without keras_attnconv's mark \(notes.txt, photos\)"),
+        (a_photo_folder, r"holds files without keras_attnconv's mark \(2023\)"),
+        (a_photo_folder_with_a_models_config, r"holds files without keras_attnconv's mark \(2023, models.config\)"),
+    ],
+)
 def test_what_is_not_an_export_root_is_refused_by_name_before_any_work(tmp_path, make, holds):
     root = make(tmp_path / "root")
     before = snapshot(root)
@@ -254,7 +257,8 @@ def days_old(path, days):
 
 
 def test_a_users_hidden_files_in_a_tf_serving_root_are_never_taken_for_a_killed_writers_whatever_their_age(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     # The cleanup of killed exports recognises its staging by the name only the package makes (a random part,
     # the host and a pid); a name it cannot parse is the user's, however old.
     tfs = tmp_path / "tfs"
@@ -264,8 +268,9 @@ def test_a_users_hidden_files_in_a_tf_serving_root_are_never_taken_for_a_killed_
     for path in mine:
         path.write_text("mine")
         days_old(path, 3)
-    assert cli.main(["export", str(a_finished_run(tmp_path / "run")), "--export-dir", str(tfs)]) == 0, \
+    assert cli.main(["export", str(a_finished_run(tmp_path / "run")), "--export-dir", str(tfs)]) == 0, (
         capsys.readouterr().err
+    )
     assert (tfs / "quadratic_tiny" / "2" / "saved_model.pb").exists()
     assert [path.read_text() for path in mine] == ["mine", "mine"]
 
@@ -323,7 +328,9 @@ def test_an_entry_serving_a_model_from_another_folder_is_the_users_and_never_cha
     assert served_config(root)["other"] == ("/models/other", "tensorflow", [1])
     # What would need that entry is refused, naming it, before any work.
     before = snapshot(root)
-    with pytest.raises(ValueError, match="entry 'tiny' serves /elsewhere/tiny, not /models/tiny.*Received: name='tiny'"):
+    with pytest.raises(
+        ValueError, match="entry 'tiny' serves /elsewhere/tiny, not /models/tiny.*Received: name='tiny'"
+    ):
         export.export_model(tiny_model(seed=1), root, warmup=False)
     assert cli.main(["serve", "tiny", "1", "--export-dir", str(root)]) == 2
     assert "entry 'tiny' serves /elsewhere/tiny" in capsys.readouterr().err
@@ -339,8 +346,10 @@ def test_a_models_config_that_is_a_link_is_written_through_it(tmp_path):
     export.export_model(tiny_model(name="other"), root, warmup=False)
     export.set_served_version(root, "tiny", 1)
     assert (root / "models.config").is_symlink() and (root / "models.config").readlink() == target
-    assert {name: versions for name, (_, _, versions) in served_config(target.parent).items()} == {"tiny": [1],
-                                                                                                   "other": [1]}
+    assert {name: versions for name, (_, _, versions) in served_config(target.parent).items()} == {
+        "tiny": [1],
+        "other": [1],
+    }
     assert sorted(p.name for p in target.parent.iterdir()) == ["models.config"]  # no temporary file left
 
 

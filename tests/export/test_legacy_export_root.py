@@ -41,5 +41,6 @@ def test_earlier_export_root_takes_a_new_version_and_keeps_the_old(tmp_path, exp
 
     assert Path(version_dir) == root / "quadratic_tiny" / "2"
     assert (root / "quadratic_tiny" / "1" / "saved_model.pb").read_bytes() == (
-        LEGACY / "export_root" / "quadratic_tiny" / "1" / "saved_model.pb").read_bytes()
+        LEGACY / "export_root" / "quadratic_tiny" / "1" / "saved_model.pb"
+    ).read_bytes()
     assert served_config(root)["quadratic_tiny"] == ("/models/quadratic_tiny", "tensorflow", [2])

@@ -77,8 +77,15 @@ def test_numpy_numbers_in_a_config_become_python_numbers():
     assert config.dropout == 0.25 and TrainConfig(epochs=np.int64(3)).epochs.__class__ is int
 
 
-@pytest.mark.parametrize("layer", [layers.RelativeMultiHeadAttention(2), layers.TransformerEncoderBlock(2, 8),
-                                   layers.PixelNormalization((0.5,) * 3, (0.2,) * 3)], ids=lambda l: type(l).__name__)
+@pytest.mark.parametrize(
+    "layer",
+    [
+        layers.RelativeMultiHeadAttention(2),
+        layers.TransformerEncoderBlock(2, 8),
+        layers.PixelNormalization((0.5,) * 3, (0.2,) * 3),
+    ],
+    ids=lambda layer: type(layer).__name__,
+)
 def test_complex_inputs_are_refused(layer):
     import keras
 
@@ -94,13 +101,16 @@ def test_an_alpha_initializer_that_would_give_nan_or_no_attention_is_refused(val
     layers.QuadraticScore(2, alpha_initializer="ones")  # a Keras initializer stays valid
 
 
-@pytest.mark.parametrize("make, argument", [
-    (lambda: layers.TransformerEncoderBlock(2, 8, activation="bogus"), "activation"),
-    (lambda: layers.TransformerEncoderBlock(2, 8, kernel_initializer="bogus"), "kernel_initializer"),
-    (lambda: layers.RelativeMultiHeadAttention(2, bias_initializer="bogus"), "bias_initializer"),
-    (lambda: layers.LearnedPositionEmbedding(initializer="bogus"), "initializer"),
-    (lambda: layers.LearnedRelativeScore(2, 4, embeddings_initializer="bogus"), "embeddings_initializer"),
-])
+@pytest.mark.parametrize(
+    "make, argument",
+    [
+        (lambda: layers.TransformerEncoderBlock(2, 8, activation="bogus"), "activation"),
+        (lambda: layers.TransformerEncoderBlock(2, 8, kernel_initializer="bogus"), "kernel_initializer"),
+        (lambda: layers.RelativeMultiHeadAttention(2, bias_initializer="bogus"), "bias_initializer"),
+        (lambda: layers.LearnedPositionEmbedding(initializer="bogus"), "initializer"),
+        (lambda: layers.LearnedRelativeScore(2, 4, embeddings_initializer="bogus"), "embeddings_initializer"),
+    ],
+)
 def test_unknown_initializer_and_activation_names_are_named(make, argument):
     with pytest.raises(ValueError, match=f"`{argument}` must be a Keras .* Received: {argument}='bogus'"):
         make()

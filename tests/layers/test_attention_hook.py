@@ -38,12 +38,33 @@ def full_probabilities(scores, tokens):
 
 CASES = {  # the base layer's path (forced) on the test grid; the subclass ("auto") takes the global one
     "separable": ({"position_score": "quadratic", "separable": True}, "separable", "position"),
-    "content": ({"position_score": "learned", "use_content_content": True, "use_content_position": True,
-                 "use_key_bias": True, "key_dim": 4}, "content", "content"),
-    "windowed_position": ({"position_score": "gaussian", "window": 3, "windowed": True}, "windowed_position",
-                          "position"),
-    "windowed_content": ({"position_score": None, "use_content_content": True, "use_position_bias": False,
-                          "window": (3, 5), "windowed": True}, "windowed_content", "content"),
+    "content": (
+        {
+            "position_score": "learned",
+            "use_content_content": True,
+            "use_content_position": True,
+            "use_key_bias": True,
+            "key_dim": 4,
+        },
+        "content",
+        "content",
+    ),
+    "windowed_position": (
+        {"position_score": "gaussian", "window": 3, "windowed": True},
+        "windowed_position",
+        "position",
+    ),
+    "windowed_content": (
+        {
+            "position_score": None,
+            "use_content_content": True,
+            "use_position_bias": False,
+            "window": (3, 5),
+            "windowed": True,
+        },
+        "windowed_content",
+        "content",
+    ),
 }
 
 
@@ -66,13 +87,18 @@ def test_a_subclass_overriding_the_hook_changes_the_attention_of_every_path_it_t
         expected_probabilities = np_softmax(np.log(full_probabilities(base_scores, tokens)) / TEMPERATURE)
     np.testing.assert_allclose(full_probabilities(scores, tokens), expected_probabilities, atol=1e-5)
     weights = {v.name: ops.convert_to_numpy(v).astype("float64") for v in base.weights}
-    expected = np.einsum("bhqk,bkc,hco->bqo", expected_probabilities, x.reshape(SHAPE[0], tokens, -1),
-                         weights["output_kernel"]) + weights["output_bias"]
+    expected = (
+        np.einsum(
+            "bhqk,bkc,hco->bqo", expected_probabilities, x.reshape(SHAPE[0], tokens, -1), weights["output_kernel"]
+        )
+        + weights["output_bias"]
+    )
     np.testing.assert_allclose(ops.convert_to_numpy(outputs).reshape(expected.shape), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs", [{"separable": True}, {"window": 3, "windowed": True}],
-                         ids=["separable", "windowed"])
+@pytest.mark.parametrize(
+    "kwargs", [{"separable": True}, {"window": 3, "windowed": True}], ids=["separable", "windowed"]
+)
 def test_a_subclass_overriding_the_hook_refuses_to_force_a_path_that_does_not_call_it(kwargs):
     with pytest.raises(ValueError, match=r"TemperatureAttention overrides `_compute_attention`.*Received: separable="):
         TemperatureAttention(HEADS, **kwargs)

@@ -12,8 +12,12 @@ HEIGHT, WIDTH, CHANNELS, HEADS = 4, 5, 6, 3
 SCORES = {
     "quadratic": lambda: {"position_score": "quadratic"},
     "siren": lambda: {"position_score": "siren"},
-    "learned_content": lambda: {"position_score": LearnedRelativeScore(HEADS, embedding_dim=4), "key_dim": 4,
-                                "use_content_content": True, "use_content_position": True},
+    "learned_content": lambda: {
+        "position_score": LearnedRelativeScore(HEADS, embedding_dim=4),
+        "key_dim": 4,
+        "use_content_content": True,
+        "use_content_position": True,
+    },
 }
 
 
@@ -121,8 +125,9 @@ def test_a_narrow_span_puts_almost_all_probability_at_its_center():
 def test_a_collapsed_span_stays_finite_in_values_and_gradients(span_dims, center):
     """sigma at its floor, center between pixels or far outside: no key reaches the threshold."""
     layer = attention(span={"span_dims": span_dims, "min_sigma": 0.05})
-    model = keras.Sequential([keras.Input((HEIGHT, WIDTH, CHANNELS)), layer,
-                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    model = keras.Sequential(
+        [keras.Input((HEIGHT, WIDTH, CHANNELS)), layer, keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)]
+    )
     layer.attention_span.span_center.assign(np.full((HEADS, span_dims), center, "float32"))
     layer.attention_span.span_raw_sigma.assign(np.full((HEADS, span_dims), -1e4, "float32"))
     x = inputs(seed=6)
@@ -158,8 +163,9 @@ def test_a_thresholded_span_uses_the_general_path_and_rejects_separable_true():
 
 def span_model(span_dims=2):
     inputs = keras.Input((HEIGHT, WIDTH, CHANNELS))
-    layer = RelativeMultiHeadAttention(HEADS, position_score="quadratic",
-                                       attention_span={"span_dims": span_dims, "initial_sigma": 1.5})
+    layer = RelativeMultiHeadAttention(
+        HEADS, position_score="quadratic", attention_span={"span_dims": span_dims, "initial_sigma": 1.5}
+    )
     x = keras.layers.GlobalAveragePooling2D()(layer(inputs))
     model = keras.Model(inputs, keras.layers.Dense(3)(x))
     randomize_weights(model, seed=8)
@@ -176,8 +182,9 @@ def test_config_round_trip_and_keras_file_keep_the_span(tmp_path):
     restored = keras.saving.load_model(path, safe_mode=True)
     x = inputs(seed=9)
     np.testing.assert_array_equal(ops.convert_to_numpy(restored(x)), ops.convert_to_numpy(model(x)))
-    np.testing.assert_array_equal(ops.convert_to_numpy(restored.layers[1].attention_span.sigma),
-                                  ops.convert_to_numpy(layer.attention_span.sigma))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(restored.layers[1].attention_span.sigma), ops.convert_to_numpy(layer.attention_span.sigma)
+    )
 
 
 def test_jit_compiled_training_step_matches_eager_and_learns_the_span():
@@ -185,8 +192,11 @@ def test_jit_compiled_training_step_matches_eager_and_learns_the_span():
     models = []
     for jit in (False, True):
         model = span_model()
-        model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=jit,
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            jit_compile=jit,
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
         models.append(model)
     models[1].set_weights(models[0].get_weights())
     before = ops.convert_to_numpy(models[0].layers[1].attention_span.span_raw_sigma).copy()
@@ -207,20 +217,23 @@ def test_mixed_precision_keeps_the_span_in_float32(mixed_policy):
     assert np.any(ops.convert_to_numpy(probs) == 0.0)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"span_dims": 3}, "span_dims=3"),
-    ({"initial_sigma": 0.0}, "initial_sigma=0.0"),
-    ({"initial_sigma": -2.0}, "initial_sigma=-2.0"),
-    ({"initial_sigma": float("nan")}, "initial_sigma=nan"),
-    ({"initial_sigma": 0.01, "min_sigma": 0.05}, "initial_sigma=0.01"),
-    ({"min_sigma": 0}, "min_sigma=0"),
-    ({"threshold": 0.0}, "threshold=0.0"),
-    ({"threshold": 1.5}, "threshold=1.5"),
-    ({"threshold": "0.1"}, "threshold='0.1'"),
-    ({"max_window": 4}, "max_window=4"),
-    ({"max_window": (3, 0)}, r"max_window=\(3, 0\)"),
-    ({"max_window": (3, 5), "span_dims": 1}, r"max_window=\(3, 5\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"span_dims": 3}, "span_dims=3"),
+        ({"initial_sigma": 0.0}, "initial_sigma=0.0"),
+        ({"initial_sigma": -2.0}, "initial_sigma=-2.0"),
+        ({"initial_sigma": float("nan")}, "initial_sigma=nan"),
+        ({"initial_sigma": 0.01, "min_sigma": 0.05}, "initial_sigma=0.01"),
+        ({"min_sigma": 0}, "min_sigma=0"),
+        ({"threshold": 0.0}, "threshold=0.0"),
+        ({"threshold": 1.5}, "threshold=1.5"),
+        ({"threshold": "0.1"}, "threshold='0.1'"),
+        ({"max_window": 4}, "max_window=4"),
+        ({"max_window": (3, 0)}, r"max_window=\(3, 0\)"),
+        ({"max_window": (3, 5), "span_dims": 1}, r"max_window=\(3, 5\)"),
+    ],
+)
 def test_bad_span_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AttentionSpan(HEADS, **kwargs)
@@ -241,8 +254,10 @@ def test_a_1d_span_on_a_sequence_is_the_2d_span_along_its_only_axis():
     """A sequence is a (batch, 1, length, channels) map: the 1-D offset is the column shift."""
     x = np.random.default_rng(12).normal(size=(2, 1, 9, CHANNELS)).astype("float32")
     probs = []
-    for span_dims, centers, sigmas in ((1, [[1.5], [-2.0], [0.0]], [[1.0], [2.5], [0.7]]),
-                                       (2, [[0, 1.5], [0, -2.0], [0, 0.0]], [[1, 1.0], [1, 2.5], [1, 0.7]])):
+    for span_dims, centers, sigmas in (
+        (1, [[1.5], [-2.0], [0.0]], [[1.0], [2.5], [0.7]]),
+        (2, [[0, 1.5], [0, -2.0], [0, 0.0]], [[1, 1.0], [1, 2.5], [1, 0.7]]),
+    ):
         keras.utils.set_random_seed(13)
         layer = RelativeMultiHeadAttention(HEADS, position_score="quadratic", attention_span={"span_dims": span_dims})
         layer.build(x.shape)
@@ -267,8 +282,7 @@ def test_a_span_with_max_window_runs_windowed_and_equals_the_global_span_path(sp
     np.testing.assert_allclose(ops.convert_to_numpy(windowed_y), ops.convert_to_numpy(global_y), atol=1e-5)
     for a, b in zip(windowed_grads, global_grads):
         np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5)
-    (_, (probs, keys)), (_, (global_probs, global_keys)) = (layer(x, return_attention_scores=True)
-                                                            for layer in layers)
+    (_, (probs, keys)), (_, (global_probs, global_keys)) = (layer(x, return_attention_scores=True) for layer in layers)
     probs, keys = ops.convert_to_numpy(probs), ops.convert_to_numpy(keys)
     np.testing.assert_allclose(probs, ops.convert_to_numpy(global_probs), atol=1e-6)
     np.testing.assert_array_equal(keys, ops.convert_to_numpy(global_keys))
@@ -282,8 +296,9 @@ def test_a_span_with_max_window_runs_windowed_and_equals_the_global_span_path(sp
     else:
         assert keys.shape[1] == max_window and np.all(np.abs(keys - np.arange(HEIGHT * WIDTH)[:, None]) < max_window)
     # In the window: g under the threshold -> exactly 0, except the key of largest g.
-    g = np.take_along_axis(gaussian_reference(centers, sigmas, span_dims),
-                           np.broadcast_to(keys, (HEADS, *keys.shape)), axis=-1)
+    g = np.take_along_axis(
+        gaussian_reference(centers, sigmas, span_dims), np.broadcast_to(keys, (HEADS, *keys.shape)), axis=-1
+    )
     kept = (g >= 0.3) | (g == g.max(-1, keepdims=True))
     assert (~kept).any() and np.all(probs[:, ~kept] == 0.0)
     assert np.all(probs[:, kept] > 0.0)

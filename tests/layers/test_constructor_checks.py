@@ -22,26 +22,37 @@ def test_separable_true_on_scores_that_are_not_separable_is_refused_at_construct
         RelativeMultiHeadAttention(2, position_score=score, separable=True)
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"attention": "x"}, "attention='x'"),
-    ({"kernel_size": (3, 0)}, r"kernel_size=\(3, 0\)"),
-    ({"kernel_size": (3, 3, 3)}, r"kernel_size=\(3, 3, 3\)"),
-    ({"strides": (1,)}, r"must hold 2 positive integers. Received: strides=\(1,\)"),
-    ({"dilation_rate": (1, 1.5)}, r"dilation_rate=\(1, 1.5\)"),
-    ({"padding": "causal"}, "padding='causal'"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"attention": "x"}, "attention='x'"),
+        ({"kernel_size": (3, 0)}, r"kernel_size=\(3, 0\)"),
+        ({"kernel_size": (3, 3, 3)}, r"kernel_size=\(3, 3, 3\)"),
+        ({"strides": (1,)}, r"must hold 2 positive integers. Received: strides=\(1,\)"),
+        ({"dilation_rate": (1, 1.5)}, r"dilation_rate=\(1, 1.5\)"),
+        ({"padding": "causal"}, "padding='causal'"),
+    ],
+)
 def test_convolution_as_attention_checks_its_geometry_at_construction(arguments, message):
-    valid = {"attention": RelativeMultiHeadAttention(9), "kernel_size": (3, 3), "strides": (1, 1),
-             "dilation_rate": (1, 1), "padding": "same"}
+    valid = {
+        "attention": RelativeMultiHeadAttention(9),
+        "kernel_size": (3, 3),
+        "strides": (1, 1),
+        "dilation_rate": (1, 1),
+        "padding": "same",
+    }
     with pytest.raises(ValueError, match=message):
         ConvolutionAsAttention(**{**valid, **arguments})
 
 
-@pytest.mark.parametrize("mean, std, named", [
-    ((0.5, 0.5, 0.5), (1e-50, 0.2, 0.2), "`std`"),  # 1 / std overflows float32 (and std rounds to 0 there)
-    ((1e39, 0.5, 0.5), (0.2, 0.2, 0.2), "`mean`"),  # float32's largest number is 3.4e38
-    ((1e30, 0.5, 0.5), (1e-10, 0.2, 0.2), "`mean / std`"),
-])
+@pytest.mark.parametrize(
+    "mean, std, named",
+    [
+        ((0.5, 0.5, 0.5), (1e-50, 0.2, 0.2), "`std`"),  # 1 / std overflows float32 (and std rounds to 0 there)
+        ((1e39, 0.5, 0.5), (0.2, 0.2, 0.2), "`mean`"),  # float32's largest number is 3.4e38
+        ((1e30, 0.5, 0.5), (1e-10, 0.2, 0.2), "`mean / std`"),
+    ],
+)
 def test_statistics_float32_cannot_hold_are_refused_by_name(mean, std, named):
     with pytest.raises(ValueError, match=f"{named} must be a number float32 can hold"):
         PixelNormalization(mean, std)
@@ -55,6 +66,7 @@ def test_a_window_on_a_huge_map_is_refused_before_its_tables_are_made():
 
 
 def test_encoder_block_attention_options_must_be_a_dict():
-    with pytest.raises(ValueError, match="a dict of RelativeMultiHeadAttention arguments. "
-                                         "Received: attention_options='x'"):
+    with pytest.raises(
+        ValueError, match="a dict of RelativeMultiHeadAttention arguments. Received: attention_options='x'"
+    ):
         TransformerEncoderBlock(2, 8, attention_options="x")

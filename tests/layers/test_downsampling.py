@@ -14,8 +14,7 @@ def test_inverse_is_exact(block_size, shape):
     x = np.random.default_rng(0).normal(size=shape).astype("float32")
     layer = InvertibleDownsampling(block_size)
     y = layer(x)
-    assert tuple(y.shape) == (shape[0], shape[1] // block_size, shape[2] // block_size,
-                              shape[3] * block_size**2)
+    assert tuple(y.shape) == (shape[0], shape[1] // block_size, shape[2] // block_size, shape[3] * block_size**2)
     np.testing.assert_array_equal(ops.convert_to_numpy(layer.inverse(y)), x)
     np.testing.assert_array_equal(ops.convert_to_numpy(layer(layer.inverse(y))), ops.convert_to_numpy(y))
 
@@ -25,8 +24,9 @@ def test_matches_tf_space_to_depth():
     import tensorflow as tf
 
     x = np.random.default_rng(1).normal(size=(2, 6, 4, 3)).astype("float32")
-    np.testing.assert_array_equal(ops.convert_to_numpy(InvertibleDownsampling(2)(x)),
-                                  tf.nn.space_to_depth(x, 2).numpy())
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(InvertibleDownsampling(2)(x)), tf.nn.space_to_depth(x, 2).numpy()
+    )
 
 
 def test_symbolic_shape_and_config():

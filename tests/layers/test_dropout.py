@@ -12,8 +12,9 @@ def test_outside_xla_it_is_keras_dropout_mask_for_mask():
     x = np.ones((4, 64), "float32")
     ours, theirs = Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
     for _ in range(2):  # the same seed stream, call after call
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours(x, training=True)),
-                                      keras.ops.convert_to_numpy(theirs(x, training=True)))
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(ours(x, training=True)), keras.ops.convert_to_numpy(theirs(x, training=True))
+        )
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours(x, training=False)), x)
 
 
@@ -58,8 +59,13 @@ def test_rate_one_drops_everything_under_xla_as_keras_does():
     assert not tf.function(lambda x: layer(x, training=True), jit_compile=True)(tf.ones((2, 3))).numpy().any()
 
 
-@pytest.mark.parametrize("make", [lambda: TransformerEncoderBlock(2, 8, position_score="quadratic"),
-                                  lambda: RelativeMultiHeadAttention(2, dropout=0.1)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TransformerEncoderBlock(2, 8, position_score="quadratic"),
+        lambda: RelativeMultiHeadAttention(2, dropout=0.1),
+    ],
+)
 def test_the_attention_layers_drop_with_it(make):
     layer = make()
     layer.build((None, 4, 4, 8))

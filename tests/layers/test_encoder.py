@@ -56,9 +56,15 @@ def test_returned_probabilities_are_eq8_of_the_block_input():
     # Content terms make the probabilities depend on the input, so that it matters which input they see.
     x = np.random.default_rng(3).normal(size=(2, 3, 4, 6)).astype("float32")
     block = TransformerEncoderBlock(
-        num_heads=3, intermediate_dim=8, position_score=LearnedRelativeScore(3, embedding_dim=4),
-        attention_options={"use_content_content": True, "use_content_position": True, "use_key_bias": True,
-                           "key_dim": 4},
+        num_heads=3,
+        intermediate_dim=8,
+        position_score=LearnedRelativeScore(3, embedding_dim=4),
+        attention_options={
+            "use_content_content": True,
+            "use_content_position": True,
+            "use_key_bias": True,
+            "key_dim": 4,
+        },
     )
     block.build(x.shape)
     randomize_weights(block, scale=0.5)
@@ -68,15 +74,18 @@ def test_returned_probabilities_are_eq8_of_the_block_input():
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), ops.convert_to_numpy(block(x)), atol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"intermediate_dim": 0}, "intermediate_dim=0"),
-    ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon=0.0"),
-    ({"num_heads": 0}, "num_heads=0"),
-    ({"attention_dropout": 1.5}, "attention_dropout=1.5"),
-    ({"dropout": "x"}, "dropout='x'"),
-    ({"dropout": -0.1}, "dropout=-0.1"),
-    ({"rematerialize": "yes"}, "rematerialize='yes'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"intermediate_dim": 0}, "intermediate_dim=0"),
+        ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon=0.0"),
+        ({"num_heads": 0}, "num_heads=0"),
+        ({"attention_dropout": 1.5}, "attention_dropout=1.5"),
+        ({"dropout": "x"}, "dropout='x'"),
+        ({"dropout": -0.1}, "dropout=-0.1"),
+        ({"rematerialize": "yes"}, "rematerialize='yes'"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, message):
     options = {"num_heads": 2, "intermediate_dim": 8, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -93,8 +102,13 @@ def test_input_with_other_channels_than_built_is_named():
 @pytest.mark.parametrize("dtype", ["uint8", "int32"])
 def test_integer_inputs_give_the_float_output(dtype):
     x = np.random.default_rng(5).integers(0, 8, size=(2, 3, 3, 4))
-    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=8, dropout=0.0, attention_dropout=0.0,
-                                    attention_options={"use_content_content": True})
+    block = TransformerEncoderBlock(
+        num_heads=2,
+        intermediate_dim=8,
+        dropout=0.0,
+        attention_dropout=0.0,
+        attention_options={"use_content_content": True},
+    )
     expected = ops.convert_to_numpy(block(x.astype("float32")))
     np.testing.assert_allclose(ops.convert_to_numpy(block(x.astype(dtype))), expected, atol=1e-5)
 
@@ -105,10 +119,22 @@ def test_rematerialized_block_has_the_same_values_and_gradients():
     blocks = []
     for rematerialize in (False, True):
         keras.utils.set_random_seed(7)  # the same dropout seeds for both blocks
-        blocks.append(TransformerEncoderBlock(
-            num_heads=2, intermediate_dim=12, dropout=0.3, attention_dropout=0.3, position_score=None,
-            attention_options={"use_content_content": True, "use_position_bias": False, "window": 3,
-                               "windowed": True}, rematerialize=rematerialize))
+        blocks.append(
+            TransformerEncoderBlock(
+                num_heads=2,
+                intermediate_dim=12,
+                dropout=0.3,
+                attention_dropout=0.3,
+                position_score=None,
+                attention_options={
+                    "use_content_content": True,
+                    "use_position_bias": False,
+                    "window": 3,
+                    "windowed": True,
+                },
+                rematerialize=rematerialize,
+            )
+        )
         blocks[-1].build(shape)
     assert blocks[1].attention.rematerialize and not blocks[0].attention.rematerialize
     randomize_weights(blocks[0])
@@ -123,8 +149,9 @@ def test_rematerialized_block_keeps_no_feed_forward_activation_for_the_backward_
     shape, intermediate = (2, 4, 4, 8), 64
     biggest = {}
     for rematerialize in (False, True):
-        block = TransformerEncoderBlock(num_heads=2, intermediate_dim=intermediate, dropout=0.0,
-                                        attention_dropout=0.0, rematerialize=rematerialize)
+        block = TransformerEncoderBlock(
+            num_heads=2, intermediate_dim=intermediate, dropout=0.0, attention_dropout=0.0, rematerialize=rematerialize
+        )
         block.build(shape)
         biggest[rematerialize] = largest_backward_residual(block, shape)
     activations = int(np.prod(shape[:3])) * intermediate

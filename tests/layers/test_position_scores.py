@@ -47,8 +47,11 @@ def test_quadratic_scores_give_the_softmax_of_minus_alpha_squared_distance():
 
     delta = pixel_shifts(height, width)
     direct = -alpha[:, None, None] * np.sum((delta[None] - centers[:, None, None, :]) ** 2, axis=-1)
-    eq9 = np.einsum("hd,qkd->hqk", ops.convert_to_numpy(layer.head_vectors_v()),
-                    ops.convert_to_numpy(layer.relative_encoding(height, width)))
+    eq9 = np.einsum(
+        "hd,qkd->hqk",
+        ops.convert_to_numpy(layer.head_vectors_v()),
+        ops.convert_to_numpy(layer.relative_encoding(height, width)),
+    )
     ours = ops.convert_to_numpy(layer.position_scores(height, width))
 
     np.testing.assert_allclose(softmax(ours), softmax(direct), atol=1e-6)
@@ -89,8 +92,7 @@ def test_huge_alpha_and_far_centers_stay_finite(policy):
     layer = RelativeMultiHeadAttention(num_heads=3, position_score="quadratic")
     x = np.random.default_rng(0).normal(size=(2, 5, 5, 4)).astype("float32")
     layer.build(x.shape)
-    layer.position_score.set_weights([np.array([[0, 0], [40, -40], [1e3, 2e3]], "float32"),
-                                      np.full(3, 1e4, "float32")])
+    layer.position_score.set_weights([np.array([[0, 0], [40, -40], [1e3, 2e3]], "float32"), np.full(3, 1e4, "float32")])
     outputs, probs = layer(x, return_attention_scores=True)
     assert probs.dtype == "float32"
     assert np.isfinite(ops.convert_to_numpy(ops.cast(outputs, "float32"))).all()
@@ -108,8 +110,12 @@ def test_gaussian_with_isotropic_covariance_equals_quadratic():
     gaussian = built_score(GaussianScore(heads), height, width)
     # Sigma = I / (2 alpha)  <=>  Sigma^{-1/2} = sqrt(2 alpha) I
     gaussian.set_weights([centers, np.sqrt(2 * alpha)[:, None, None] * np.eye(2, dtype="float32")])
-    np.testing.assert_allclose(ops.convert_to_numpy(gaussian.position_scores(height, width)),
-                               ops.convert_to_numpy(quadratic.position_scores(height, width)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(gaussian.position_scores(height, width)),
+        ops.convert_to_numpy(quadratic.position_scores(height, width)),
+        rtol=1e-5,
+        atol=1e-4,
+    )
     np.testing.assert_allclose(gaussian.covariances, quadratic.covariances, rtol=1e-5)
 
 
@@ -148,8 +154,12 @@ def test_diagonal_gaussian_equals_the_full_gaussian_with_a_diagonal_inverse_sqrt
     diagonal.set_weights([centers, scales])
     full = built_score(GaussianScore(heads), height, width)
     full.set_weights([centers, scales[:, :, None] * np.eye(2, dtype="float32")])
-    np.testing.assert_allclose(ops.convert_to_numpy(diagonal.position_scores(height, width)),
-                               ops.convert_to_numpy(full.position_scores(height, width)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(diagonal.position_scores(height, width)),
+        ops.convert_to_numpy(full.position_scores(height, width)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     np.testing.assert_allclose(diagonal.covariances, full.covariances, rtol=1e-5)
     assert diagonal.separable and not full.separable
 
@@ -170,13 +180,17 @@ def test_keras_files_of_the_diagonal_gaussian_score_saved_before_its_class_still
     attention = RelativeMultiHeadAttention(2, position_score=DiagonalGaussianScore(2, dtype="float32"))
     model = keras.Model(inputs, attention(inputs))
     model.get_layer(attention.name).position_score.set_weights(
-        [np.array([[1.0, -2.0], [0.5, 0.0]], "float32"), np.array([[0.6, 1.7], [1.2, 0.4]], "float32")])
+        [np.array([[1.0, -2.0], [0.5, 0.0]], "float32"), np.array([[0.6, 1.7], [1.2, 0.4]], "float32")]
+    )
 
     def as_saved_before(config):
         score = config["config"]["layers"][1]["config"]["position_score"]
         assert score["class_name"] == "DiagonalGaussianScore"
-        score.update(class_name="GaussianScore", registered_name="keras_attnconv>GaussianScore",
-                     module="keras_attnconv.layers.position_scores")
+        score.update(
+            class_name="GaussianScore",
+            registered_name="keras_attnconv>GaussianScore",
+            module="keras_attnconv.layers.position_scores",
+        )
         score["config"]["diagonal"] = True
         return config
 
@@ -221,8 +235,9 @@ def test_learned_factorised_content_position_equals_full_encoding():
     layer.set_weights([rng.normal(size=w.shape).astype("float32") for w in layer.get_weights()])
     queries = rng.normal(size=(2, height * width, heads, 6)).astype("float32")
     full = np.einsum("bqhd,qkd->bhqk", queries, ops.convert_to_numpy(layer.relative_encoding(height, width)))
-    np.testing.assert_allclose(ops.convert_to_numpy(layer.content_position_scores(queries, height, width)),
-                               full, atol=1e-5)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.content_position_scores(queries, height, width)), full, atol=1e-5
+    )
 
 
 def attention_moments(score, height, width):
@@ -290,8 +305,7 @@ def test_siren_scores_depend_only_on_the_normalised_shift():
     small_scores = ops.convert_to_numpy(small.position_scores(5, 5))
     large_scores = ops.convert_to_numpy(large.position_scores(9, 9))
     # shift (2, -1) on the 5x5 grid and (4, -2) on the 9x9 grid are both (0.5, -0.25) once normalised
-    np.testing.assert_allclose(small_scores[:, 0 * 5 + 1, 2 * 5 + 0], large_scores[:, 0 * 9 + 2, 4 * 9 + 0],
-                               atol=1e-5)
+    np.testing.assert_allclose(small_scores[:, 0 * 5 + 1, 2 * 5 + 0], large_scores[:, 0 * 9 + 2, 4 * 9 + 0], atol=1e-5)
     delta = pixel_shifts(5, 5)
     for shift in {tuple(d) for d in delta.reshape(-1, 2)}:
         values = small_scores[:, np.all(delta == shift, axis=-1)]
@@ -314,10 +328,15 @@ def test_siren_initialisation_follows_the_siren_paper():
     assert 0.4 < features.std() < 0.9
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"omega_0": 0.0}, "omega_0=0.0"), ({"omega_0": -30.0}, "omega_0=-30.0"),
-    ({"hidden_units": 0}, "hidden_units=0"), ({"num_hidden_layers": 0}, "num_hidden_layers=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"omega_0": 0.0}, "omega_0=0.0"),
+        ({"omega_0": -30.0}, "omega_0=-30.0"),
+        ({"hidden_units": 0}, "hidden_units=0"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers=0"),
+    ],
+)
 def test_siren_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SirenScore(2, **kwargs)

@@ -16,9 +16,7 @@ from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttenti
 TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
 
-TERM_SETS = [
-    dict(zip(TERMS, flags)) for flags in itertools.product([False, True], repeat=4) if any(flags)
-]
+TERM_SETS = [dict(zip(TERMS, flags)) for flags in itertools.product([False, True], repeat=4) if any(flags)]
 
 
 # Scores whose encoding fits key_dim=4, with or without the per-head vectors of the position-bias term.
@@ -49,9 +47,14 @@ def test_layer_equals_numpy_eq8(terms, score):
 def test_contraction_orders_and_position_key_projection_match_eq8(output_dim, projection):
     # output_dim < input_dim takes the values-first contraction order.
     x = np.random.default_rng(1).normal(size=(2, 4, 3, 6)).astype("float32")
-    layer = RelativeMultiHeadAttention(num_heads=2, output_dim=output_dim, use_content_content=True,
-                                       use_content_position=True, position_key_projection=projection,
-                                       content_scale=0.7)
+    layer = RelativeMultiHeadAttention(
+        num_heads=2,
+        output_dim=output_dim,
+        use_content_content=True,
+        use_content_position=True,
+        position_key_projection=projection,
+        content_scale=0.7,
+    )
     layer.build(x.shape)
     randomize_weights(layer, seed=5)
     expected, _ = eq8_reference(layer, x)
@@ -88,8 +91,15 @@ def test_attention_dropout_is_only_active_in_training():
 
 
 def full_layer(**overrides):
-    options = dict(num_heads=2, output_dim=5, use_content_content=True, use_content_position=True,
-                   use_key_bias=True, position_score=LearnedRelativeScore(2, embedding_dim=4), key_dim=4)
+    options = dict(
+        num_heads=2,
+        output_dim=5,
+        use_content_content=True,
+        use_content_position=True,
+        use_key_bias=True,
+        position_score=LearnedRelativeScore(2, embedding_dim=4),
+        key_dim=4,
+    )
     options.update(overrides)
     return RelativeMultiHeadAttention(**options)
 
@@ -110,8 +120,11 @@ def test_jit_compiled_training_step_matches_eager(score):
     for jit in (False, True):
         keras.utils.set_random_seed(7)
         model = small_model(make())
-        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit,
+        )
         models.append(model)
     models[1].set_weights(models[0].get_weights())
     losses = [float(m.train_on_batch(x, y)) for m in models]
@@ -139,29 +152,35 @@ def test_mixed_precision_keeps_scores_in_float32(mixed_policy):
     np.testing.assert_allclose(ops.convert_to_numpy(probs), ops.convert_to_numpy(reference_probs), atol=0.05)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"num_heads": 0}, "num_heads=0"),
-    ({"num_heads": -3}, "num_heads=-3"),
-    ({"num_heads": 2, "position_score": "gausian"}, "Did you mean 'gaussian'"),
-    ({"num_heads": 2, "use_position_bias": False}, "At least one score term"),
-    ({"num_heads": 2, "position_score": None}, "position_score=None"),
-    ({"num_heads": 2, "dropout": 1.5}, "dropout=1.5"),
-    ({"num_heads": 2, "dropout": "x"}, "dropout='x'"),
-    ({"num_heads": 2, "content_scale": -1.0}, "content_scale=-1.0"),
-    ({"num_heads": 2, "key_dim": 0}, "key_dim=0"),
-    ({"num_heads": 2, "position_score": LearnedRelativeScore(3, embedding_dim=4)}, "num_heads=2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_heads": 0}, "num_heads=0"),
+        ({"num_heads": -3}, "num_heads=-3"),
+        ({"num_heads": 2, "position_score": "gausian"}, "Did you mean 'gaussian'"),
+        ({"num_heads": 2, "use_position_bias": False}, "At least one score term"),
+        ({"num_heads": 2, "position_score": None}, "position_score=None"),
+        ({"num_heads": 2, "dropout": 1.5}, "dropout=1.5"),
+        ({"num_heads": 2, "dropout": "x"}, "dropout='x'"),
+        ({"num_heads": 2, "content_scale": -1.0}, "content_scale=-1.0"),
+        ({"num_heads": 2, "key_dim": 0}, "key_dim=0"),
+        ({"num_heads": 2, "position_score": LearnedRelativeScore(3, embedding_dim=4)}, "num_heads=2"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         layer = RelativeMultiHeadAttention(**kwargs)
         layer.build((None, 4, 4, 3))
 
 
-@pytest.mark.parametrize("shape, message", [
-    ((2, 16, 3), "4-D input"),
-    ((None, None, 4, 3), "must be known"),
-    ((None, 4, None, 3), "must be known"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((2, 16, 3), "4-D input"),
+        ((None, None, 4, 3), "must be known"),
+        ((None, 4, None, 3), "must be known"),
+    ],
+)
 def test_bad_input_shapes_are_rejected(shape, message):
     with pytest.raises(ValueError, match=message):
         RelativeMultiHeadAttention(num_heads=2).build(shape)
@@ -174,11 +193,15 @@ def test_input_with_other_channels_than_built_is_named():
         layer(np.ones((1, 4, 4, 4), "float32"))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"position_score": "quadratic"},
-    {"position_score": "quadratic", "separable": False},
-    {"position_score": "learned", "use_content_content": True, "use_content_position": True, "key_dim": 4},
-], ids=["separable", "general", "content"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"position_score": "quadratic"},
+        {"position_score": "quadratic", "separable": False},
+        {"position_score": "learned", "use_content_content": True, "use_content_position": True, "key_dim": 4},
+    ],
+    ids=["separable", "general", "content"],
+)
 @pytest.mark.parametrize("dtype", ["uint8", "int32"])
 def test_integer_inputs_are_values_not_zeros(kwargs, dtype):
     # Pixel values 0..255 in uint8 must attend like the same values in float32 (not like zeros).

@@ -14,8 +14,12 @@ from keras_attnconv.models.attention_classifier import with_attention_options
 
 def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=None, alpha=None):
     x = np.random.default_rng(seed).normal(size=shape).astype("float32")
-    pair = [RelativeMultiHeadAttention(heads, position_score=score() if callable(score) else score,
-                                       separable=separable, output_dim=output_dim) for separable in (True, False)]
+    pair = [
+        RelativeMultiHeadAttention(
+            heads, position_score=score() if callable(score) else score, separable=separable, output_dim=output_dim
+        )
+        for separable in (True, False)
+    ]
     for layer in pair:
         layer.build(x.shape)
     randomize_weights(pair[0], seed=seed)
@@ -27,8 +31,11 @@ def fast_and_general(score, shape, heads=4, output_dim=None, seed=0, centers=Non
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 7, 6), (2, 4, 4, 6), (1, 8, 3, 5), (2, 6, 6, 3)])
-@pytest.mark.parametrize("score", ["quadratic", "learned", lambda: get_position_score("gaussian", 4, diagonal=True)],
-                         ids=["quadratic", "learned", "gaussian_diagonal"])
+@pytest.mark.parametrize(
+    "score",
+    ["quadratic", "learned", lambda: get_position_score("gaussian", 4, diagonal=True)],
+    ids=["quadratic", "learned", "gaussian_diagonal"],
+)
 def test_fast_path_equals_general_path_in_values_and_gradients(score, shape):
     (fast, general), x = fast_and_general(score, shape, output_dim=shape[-1] - 1)
     assert (fast.attention_mode, general.attention_mode) == ("separable", "position")
@@ -72,8 +79,9 @@ def center_gradients_float64(layer, x):
 @pytest.mark.parametrize("alpha", [0.05, 46.0, 1e4])
 def test_far_centers_and_huge_alpha(alpha):
     centers = np.array([[0.3, -0.7], [40.0, -55.0], [-1e3, 2e3], [2.0, 1.0]], "float32")
-    (fast, general), x = fast_and_general("quadratic", (2, 6, 5, 4), centers=centers,
-                                          alpha=np.full(4, alpha, "float32"))
+    (fast, general), x = fast_and_general(
+        "quadratic", (2, 6, 5, 4), centers=centers, alpha=np.full(4, alpha, "float32")
+    )
     fast_y, fast_grads = value_and_gradients(fast, x)
     general_y, general_grads = value_and_gradients(general, x)
     assert np.isfinite(ops.convert_to_numpy(fast_y)).all()
@@ -81,9 +89,13 @@ def test_far_centers_and_huge_alpha(alpha):
     names = ["inputs", *(v.name for v in fast.trainable_variables)]
     fast_by_name, general_by_name = dict(zip(names, fast_grads)), dict(zip(names, general_grads))
     for name in ("inputs", "output_kernel", "output_bias"):
-        np.testing.assert_allclose(ops.convert_to_numpy(fast_by_name[name]),
-                                   ops.convert_to_numpy(general_by_name[name]), rtol=1e-5, atol=1e-5,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(fast_by_name[name]),
+            ops.convert_to_numpy(general_by_name[name]),
+            rtol=1e-5,
+            atol=1e-5,
+            err_msg=name,
+        )
     # Center and alpha gradients: both paths agree with a float64 reference to 1e-5, plus 8 float32
     # units in the last place of the sum of the absolute terms, although the far heads' score slopes
     # reach 2*alpha*|delta - Delta| ~ 200 and |delta - Delta|^2 ~ 5e6: a saturated head's terms are
@@ -104,8 +116,12 @@ def test_bfloat16_fast_path_within_its_tolerance():
     (fast, general), x = fast_and_general("quadratic", (2, 6, 6, 8))
     fast_y, probs = fast(x, return_attention_scores=True)
     assert fast_y.dtype == "bfloat16" and probs.dtype == "float32"
-    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(fast_y, "float32")),
-                               ops.convert_to_numpy(ops.cast(general(x), "float32")), atol=0.05, rtol=0.02)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ops.cast(fast_y, "float32")),
+        ops.convert_to_numpy(ops.cast(general(x), "float32")),
+        atol=0.05,
+        rtol=0.02,
+    )
 
 
 def test_returned_probabilities_are_the_outer_product():
@@ -138,7 +154,7 @@ def dropped_probabilities(layer, x, draws):
     heads, tokens = layer.num_heads, x.shape[-1]
     kernel = np.zeros((heads, tokens, heads * tokens), "float32")
     for head in range(heads):
-        kernel[head, :, head * tokens:(head + 1) * tokens] = np.eye(tokens)
+        kernel[head, :, head * tokens : (head + 1) * tokens] = np.eye(tokens)
     layer.output_kernel.assign(kernel)
     _, probabilities = layer(x, return_attention_scores=True)
     samples = training_calls(layer, x, draws).reshape(draws, tokens, heads, tokens)  # (draw, query, head, key)
@@ -163,11 +179,19 @@ def test_separable_attention_dropout_keeps_each_link_with_probability_one_minus_
     np.testing.assert_array_less(np.abs(samples.mean(axis=0) - probabilities), 4.5 * standard_error + 1e-7)
 
 
-@pytest.mark.parametrize("name, expected", [("quadratic_tiny", "separable"), ("learned_tiny", "separable"),
-                                            ("gaussian_tiny", "position"), ("learned_content_tiny", "content")])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("quadratic_tiny", "separable"),
+        ("learned_tiny", "separable"),
+        ("gaussian_tiny", "position"),
+        ("learned_content_tiny", "content"),
+    ],
+)
 def test_models_pick_the_fast_path_and_their_outputs_are_unchanged(name, expected):
-    model = build_model(name, seed=0, num_layers=1, hidden_dim=8, intermediate_dim=8, image_size=12,
-                        position_embedding_dim=8)
+    model = build_model(
+        name, seed=0, num_layers=1, hidden_dim=8, intermediate_dim=8, image_size=12, position_embedding_dim=8
+    )
     assert model.get_layer("encoder_0").attention.attention_mode == expected
     reference = with_attention_options(model, separable=False)
     assert reference.get_layer("encoder_0").attention.attention_mode in ("position", "content")
@@ -185,7 +209,10 @@ def test_the_path_rule_is_per_platform():
     layer = RelativeMultiHeadAttention(2)
     layer.build((None, 16, 16, 3))
     assert [layer.attention_mode_for(16, 16, platform) for platform in ("cpu", "gpu", "tpu")] == [
-        "separable", "position", "position"]
+        "separable",
+        "position",
+        "position",
+    ]
     assert layer.attention_mode_for(32, 32, "gpu") == "position"
     assert layer.attention_mode_for(33, 32, "gpu") == "separable"
     assert layer.attention_mode_for(1, 2, "cpu") == "position"  # 1 + 2 > 1 * 2: the passes cost more

@@ -25,22 +25,26 @@ def test_non_positive_numbers_are_named(value):
 
 
 # The attention classifier's config lives in models/; its field checks are these helpers.
-@pytest.mark.parametrize("field, value", [
-    ("position_embedding_dim", 0),
-    ("position_embedding_dim", -4),
-    ("initializer_range", -1),
-    ("initializer_range", 0.0),
-    ("dropout", "x"),
-    ("attention_dropout", 1.5),
-    ("num_heads", 0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("position_embedding_dim", 0),
+        ("position_embedding_dim", -4),
+        ("initializer_range", -1),
+        ("initializer_range", 0.0),
+        ("dropout", "x"),
+        ("attention_dropout", 1.5),
+        ("num_heads", 0),
+    ],
+)
 def test_classifier_config_names_the_bad_field(field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r}"):
         AttentionClassifierConfig(position_score="learned", **{field: value})
 
 
 def test_classifier_config_position_embedding_dim_none_means_hidden_dim():
-    config = AttentionClassifierConfig(num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=8,
-                                       position_score="learned", image_size=8)
+    config = AttentionClassifierConfig(
+        num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=8, position_score="learned", image_size=8
+    )
     score = config.build().get_layer("encoder_0").attention.position_score
     assert score.embedding_dim == 8

@@ -41,8 +41,7 @@ def natten_window_start(index, length, kernel_size, dilation):
     """NATTEN's ``get_window_start`` (csrc/cpu/natten_cpu_commons.h), transcribed literally."""
     half_window = kernel_size // 2
     if dilation <= 1:
-        return max(index - half_window, 0) + (index + half_window >= length) * (
-            length - index - half_window - 1)
+        return max(index - half_window, 0) + (index + half_window >= length) * (length - index - half_window - 1)
     ni = index - half_window * dilation
     if ni < 0:
         return index % dilation
@@ -67,17 +66,32 @@ def natten_keys(height, width, window, dilation):
     return np.array(keys)
 
 
-@pytest.mark.parametrize("length, window, dilation", [
-    (length, window, dilation) for length in range(1, 23) for window in (1, 3, 5, 7) for dilation in (1, 2, 3)
-    if window * dilation <= length])
+@pytest.mark.parametrize(
+    "length, window, dilation",
+    [
+        (length, window, dilation)
+        for length in range(1, 23)
+        for window in (1, 3, 5, 7)
+        for dilation in (1, 2, 3)
+        if window * dilation <= length
+    ],
+)
 def test_axis_windows_follow_natten(length, window, dilation):
     keys = get_neighbourhood(1, length, (1, window), (1, dilation)).key_indices
     np.testing.assert_array_equal(keys, natten_keys(1, length, (1, window), (1, dilation)))
 
 
-@pytest.mark.parametrize("height, width, window, dilation", [
-    (5, 7, (3, 3), (1, 1)), (6, 9, (5, 3), (1, 2)), (7, 8, (7, 7), (1, 1)), (9, 7, (3, 3), (3, 2)),
-    (16, 16, (7, 5), (2, 3)), (64, 64, (7, 7), (1, 1))])
+@pytest.mark.parametrize(
+    "height, width, window, dilation",
+    [
+        (5, 7, (3, 3), (1, 1)),
+        (6, 9, (5, 3), (1, 2)),
+        (7, 8, (7, 7), (1, 1)),
+        (9, 7, (3, 3), (3, 2)),
+        (16, 16, (7, 5), (2, 3)),
+        (64, 64, (7, 7), (1, 1)),
+    ],
+)
 def test_2d_windows_and_tiles_follow_natten(height, width, window, dilation):
     """The product of the axis windows, and each tile holds exactly its queries' windows."""
     nb = Neighbourhood(height, width, window, dilation)
@@ -93,8 +107,12 @@ def test_2d_windows_and_tiles_follow_natten(height, width, window, dilation):
         np.testing.assert_array_equal(np.sort(in_window), np.sort(expected[query]))
     # The slots of the returned probabilities point at each window key.
     regions = nb.region_index.shape[1]
-    np.testing.assert_array_equal(nb.region_index.reshape(-1)[
-        (nb.window_slot_index // (slots * regions)) * regions + nb.window_slot_index % regions], expected)
+    np.testing.assert_array_equal(
+        nb.region_index.reshape(-1)[
+            (nb.window_slot_index // (slots * regions)) * regions + nb.window_slot_index % regions
+        ],
+        expected,
+    )
     rows, cols = np.divmod(np.arange(tokens), width)
     np.testing.assert_array_equal(nb.row_shift, rows[nb.region_index][:, None, :] - rows[nb.query_index][:, :, None])
     # Cost O(T K^2): far fewer pairs than T^2 on large maps.
@@ -111,8 +129,10 @@ def test_the_tiled_paths_gathers_are_plain_indexing():
     np.testing.assert_array_equal(ops.convert_to_numpy(region), tokens[:, neighbourhood.region_index])
     shift = neighbourhood.col_shift - neighbourhood.col_shift.min()  # (tiles, Bq, Rk) in [0, shifts)
     per_shift = rng.normal(size=(2, *shift.shape[:2], HEADS, shift.max() + 1)).astype("float32")
-    np.testing.assert_array_equal(ops.convert_to_numpy(take_per_pair(per_shift, shift)),
-                                  np.take_along_axis(per_shift, shift[None, :, :, None, :], axis=-1))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(take_per_pair(per_shift, shift)),
+        np.take_along_axis(per_shift, shift[None, :, :, None, :], axis=-1),
+    )
 
 
 def test_a_flat_window_covers_consecutive_tokens():
@@ -128,8 +148,9 @@ def siren():
 
 
 def siren_without_vectors():
-    return keras.saving.serialize_keras_object(SirenScore(HEADS, hidden_units=6, omega_0=3.0, head_vectors=False,
-                                                          dtype="float32"))
+    return keras.saving.serialize_keras_object(
+        SirenScore(HEADS, hidden_units=6, omega_0=3.0, head_vectors=False, dtype="float32")
+    )
 
 
 # Every score and the term combinations; key_dim below and above the channels takes both ways of
@@ -137,26 +158,48 @@ def siren_without_vectors():
 SCORES = {
     "quadratic": lambda: {"position_score": "quadratic"},
     "gaussian": lambda: {"position_score": "gaussian"},
-    "diagonal_gaussian": lambda: {"position_score": keras.saving.serialize_keras_object(
-        DiagonalGaussianScore(HEADS, dtype="float32"))},
+    "diagonal_gaussian": lambda: {
+        "position_score": keras.saving.serialize_keras_object(DiagonalGaussianScore(HEADS, dtype="float32"))
+    },
     "learned": lambda: {"position_score": "learned"},
     "siren": lambda: {"position_score": siren()},
-    "content_only": lambda: {"position_score": None, "use_content_content": True, "use_position_bias": False,
-                             "key_dim": 3},
-    "content_folded": lambda: {"position_score": None, "use_content_content": True, "use_position_bias": False,
-                               "key_dim": 6},
-    "key_bias_only": lambda: {"position_score": None, "use_key_bias": True, "use_position_bias": False,
-                              "key_dim": 6},
-    "learned_all_terms": lambda: {"position_score": "learned", "use_content_content": True,
-                                  "use_content_position": True, "use_key_bias": True, "key_dim": 6},
-    "quadratic_all_terms_projected": lambda: {"position_score": "quadratic", "use_content_content": True,
-                                              "use_content_position": True, "use_key_bias": True, "key_dim": 4,
-                                              "position_key_projection": True},
+    "content_only": lambda: {
+        "position_score": None,
+        "use_content_content": True,
+        "use_position_bias": False,
+        "key_dim": 3,
+    },
+    "content_folded": lambda: {
+        "position_score": None,
+        "use_content_content": True,
+        "use_position_bias": False,
+        "key_dim": 6,
+    },
+    "key_bias_only": lambda: {"position_score": None, "use_key_bias": True, "use_position_bias": False, "key_dim": 6},
+    "learned_all_terms": lambda: {
+        "position_score": "learned",
+        "use_content_content": True,
+        "use_content_position": True,
+        "use_key_bias": True,
+        "key_dim": 6,
+    },
+    "quadratic_all_terms_projected": lambda: {
+        "position_score": "quadratic",
+        "use_content_content": True,
+        "use_content_position": True,
+        "use_key_bias": True,
+        "key_dim": 4,
+        "position_key_projection": True,
+    },
     "gaussian_content_position": lambda: {"position_score": "gaussian", "use_content_position": True, "key_dim": 5},
-    "siren_content_position_key_bias": lambda: {"position_score": siren_without_vectors(),
-                                                "use_content_position": True, "use_key_bias": True,
-                                                "use_position_bias": False, "key_dim": 3,
-                                                "position_key_projection": True},
+    "siren_content_position_key_bias": lambda: {
+        "position_score": siren_without_vectors(),
+        "use_content_position": True,
+        "use_key_bias": True,
+        "use_position_bias": False,
+        "key_dim": 3,
+        "position_key_projection": True,
+    },
 }
 
 # (input shape, window, dilation): K in {3, 5, 7}, odd and non-square maps, dilation 2, a window
@@ -175,8 +218,12 @@ CASES = [(score, GEOMETRIES[index % len(GEOMETRIES)]) for index, score in enumer
 
 def layer_pair(score, shape, window, dilation, modes=(True, False), seed=0, **kwargs):
     """Layers with the same random weights on the given `windowed` modes (position-only: not separable)."""
-    layers = [RelativeMultiHeadAttention(HEADS, window=window, dilation=dilation, windowed=mode, separable=False,
-                                         **SCORES[score](), **kwargs) for mode in modes]
+    layers = [
+        RelativeMultiHeadAttention(
+            HEADS, window=window, dilation=dilation, windowed=mode, separable=False, **SCORES[score](), **kwargs
+        )
+        for mode in modes
+    ]
     for layer in layers:
         layer.build(shape)
     randomize_weights(layers[0], seed=seed, scale=0.4)
@@ -238,8 +285,9 @@ def test_a_window_larger_than_the_map_is_global_attention(score):
     _, (probabilities, key_indices) = run(windowed, x, return_attention_scores=True)
     assert tuple(key_indices.shape) == (20, 20)  # every key, once
     expected, expected_probabilities = run(plain, x, return_attention_scores=True)
-    np.testing.assert_allclose(ops.convert_to_numpy(probabilities),
-                               ops.convert_to_numpy(expected_probabilities), atol=1e-6)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(probabilities), ops.convert_to_numpy(expected_probabilities), atol=1e-6
+    )
     for layer in (windowed, masked):
         np.testing.assert_allclose(ops.convert_to_numpy(run(layer, x)), ops.convert_to_numpy(expected), atol=1e-5)
 
@@ -247,15 +295,16 @@ def test_a_window_larger_than_the_map_is_global_attention(score):
 @pytest.mark.parametrize("score", ["quadratic", "diagonal_gaussian"])
 def test_separable_heads_with_a_window_equal_the_windowed_path(score):
     shape, window, dilation = (2, 6, 7, CHANNELS), (3, 5), (2, 1)
-    windowed, = layer_pair(score, shape, window, dilation, modes=(True,))
+    (windowed,) = layer_pair(score, shape, window, dilation, modes=(True,))
     separable = RelativeMultiHeadAttention(HEADS, window=window, dilation=dilation, separable=True, **SCORES[score]())
     separable.build(shape)
     separable.set_weights(windowed.get_weights())
     assert separable.attention_mode == "separable"
     x = np.random.default_rng(4).normal(size=shape).astype("float32")
     assert_same_values_and_gradients(separable, windowed, x)
-    (_, (p_sep, k_sep)), (_, (p_win, k_win)) = (run(layer, x, return_attention_scores=True)
-                                                for layer in (separable, windowed))
+    (_, (p_sep, k_sep)), (_, (p_win, k_win)) = (
+        run(layer, x, return_attention_scores=True) for layer in (separable, windowed)
+    )
     np.testing.assert_allclose(ops.convert_to_numpy(p_sep), ops.convert_to_numpy(p_win), atol=1e-6)
     np.testing.assert_array_equal(ops.convert_to_numpy(k_sep), ops.convert_to_numpy(k_win))
 
@@ -263,7 +312,7 @@ def test_separable_heads_with_a_window_equal_the_windowed_path(score):
 def test_returned_scores_format_and_output_spec():
     shape = (3, 6, 5, CHANNELS)
     for score in ("content_only", "quadratic"):
-        layer, = layer_pair(score, shape, 3, 1, modes=("auto",))
+        (layer,) = layer_pair(score, shape, 3, 1, modes=("auto",))
         outputs, (probabilities, key_indices) = run(layer, np.ones(shape, "float32"), return_attention_scores=True)
         assert tuple(probabilities.shape) == (3, HEADS, 30, 9) and probabilities.dtype == "float32"
         assert tuple(key_indices.shape) == (30, 9) and "int" in str(key_indices.dtype)
@@ -299,23 +348,26 @@ def test_path_choice_by_cost_and_forced_modes():
         mode(8, 8, platform="cuda", window=3, **content)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"window": 4}, "window=4"),
-    ({"window": 0}, "window=0"),
-    ({"window": -3}, "window=-3"),
-    ({"window": (3, 6)}, r"window=\(3, 6\)"),
-    ({"window": "3"}, "window='3'"),
-    ({"window": True}, "window=True"),
-    ({"window": 3, "dilation": 0}, "dilation=0"),
-    ({"window": 3, "dilation": (1, 2, 3)}, r"dilation=\(1, 2, 3\)"),
-    ({"dilation": 2}, "dilation=2, window=None"),
-    ({"windowed": True}, "windowed=True"),
-    ({"window": 3, "windowed": True, "separable": True}, "separable=True"),
-    ({"window": 3, "windowed": "yes"}, "windowed='yes'"),
-    ({"window": 3, "rematerialize": "yes"}, "rematerialize='yes'"),
-    ({"window": 3, "rematerialize": 1}, "rematerialize=1"),
-    ({"window": 3, "attention_span": {"max_window": 5}}, r"window=\(3, 3\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"window": 4}, "window=4"),
+        ({"window": 0}, "window=0"),
+        ({"window": -3}, "window=-3"),
+        ({"window": (3, 6)}, r"window=\(3, 6\)"),
+        ({"window": "3"}, "window='3'"),
+        ({"window": True}, "window=True"),
+        ({"window": 3, "dilation": 0}, "dilation=0"),
+        ({"window": 3, "dilation": (1, 2, 3)}, r"dilation=\(1, 2, 3\)"),
+        ({"dilation": 2}, "dilation=2, window=None"),
+        ({"windowed": True}, "windowed=True"),
+        ({"window": 3, "windowed": True, "separable": True}, "separable=True"),
+        ({"window": 3, "windowed": "yes"}, "windowed='yes'"),
+        ({"window": 3, "rematerialize": "yes"}, "rematerialize='yes'"),
+        ({"window": 3, "rematerialize": 1}, "rematerialize=1"),
+        ({"window": 3, "attention_span": {"max_window": 5}}, r"window=\(3, 3\)"),
+    ],
+)
 def test_bad_window_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RelativeMultiHeadAttention(HEADS, **kwargs)
@@ -334,8 +386,9 @@ def test_windowed_dropout_drops_links_at_the_rate_and_never_outside_windows():
     dropout, draws, height, width = 0.5, 200, 3, 4
     tokens = height * width
     x = np.eye(tokens, dtype="float32").reshape(1, height, width, tokens)
-    layer = RelativeMultiHeadAttention(1, output_dim=tokens, dropout=dropout, use_bias=False, window=3,
-                                       windowed=True, separable=False)
+    layer = RelativeMultiHeadAttention(
+        1, output_dim=tokens, dropout=dropout, use_bias=False, window=3, windowed=True, separable=False
+    )
     layer.build(x.shape)
     layer.output_kernel.assign(np.eye(tokens, dtype="float32")[None])  # the output is the dropped probabilities
     _, (probabilities, key_indices) = run(layer, x, return_attention_scores=True)
@@ -373,8 +426,9 @@ def test_configs_without_window_arguments_load_as_global_attention():
     assert RelativeMultiHeadAttention.from_config(windowed.get_config()).get_config() == windowed.get_config()
 
 
-@pytest.mark.parametrize("score, training", [("learned_all_terms", False), ("content_folded", True),
-                                             ("gaussian", True)])
+@pytest.mark.parametrize(
+    "score, training", [("learned_all_terms", False), ("content_folded", True), ("gaussian", True)]
+)
 def test_rematerialized_windowed_path_has_the_same_values_and_gradients(score, training):
     """`rematerialize` recomputes in the backward pass; with dropout, the same mask as the kept tensors had.
 
@@ -384,8 +438,17 @@ def test_rematerialized_windowed_path_has_the_same_values_and_gradients(score, t
     layers = []
     for rematerialize in (False, True):
         keras.utils.set_random_seed(3)  # the same dropout seed for both layers
-        layers.append(RelativeMultiHeadAttention(HEADS, window=3, windowed=True, separable=False, dropout=0.3,
-                                                 rematerialize=rematerialize, **SCORES[score]()))
+        layers.append(
+            RelativeMultiHeadAttention(
+                HEADS,
+                window=3,
+                windowed=True,
+                separable=False,
+                dropout=0.3,
+                rematerialize=rematerialize,
+                **SCORES[score](),
+            )
+        )
         layers[-1].build(shape)
     randomize_weights(layers[0], scale=0.4)
     layers[1].set_weights(layers[0].get_weights())
@@ -402,8 +465,15 @@ def test_rematerialized_windowed_path_keeps_no_per_head_tensor_for_the_backward_
     shape = (2, 8, 8, 32)
     biggest = {}
     for rematerialize in (False, True):
-        layer = RelativeMultiHeadAttention(4, window=3, windowed=True, position_score=None, use_content_content=True,
-                                           use_position_bias=False, rematerialize=rematerialize)
+        layer = RelativeMultiHeadAttention(
+            4,
+            window=3,
+            windowed=True,
+            position_score=None,
+            use_content_content=True,
+            use_position_bias=False,
+            rematerialize=rematerialize,
+        )
         layer.build(shape)
         biggest[rematerialize] = largest_backward_residual(layer, shape)
     tile_probabilities = shape[0] * 4 * get_neighbourhood(8, 8, (3, 3)).tile_pairs  # (batch, tiles, Bq, heads, Rk)
@@ -424,9 +494,11 @@ def test_rematerialize_is_kept_in_the_config():
 def test_folded_learned_content_position_equals_the_masked_global_path(terms):
     """Queries folded into the kernels (`folds_queries`): the content-position term against per-axis shift tables."""
     shape = (2, 6, 7, CHANNELS)
-    windowed, masked = layer_pair("learned", shape, 3, 1, use_content_position=True, use_position_bias=False,
-                                  key_dim=16, **terms)
+    windowed, masked = layer_pair(
+        "learned", shape, 3, 1, use_content_position=True, use_position_bias=False, key_dim=16, **terms
+    )
     nb = get_neighbourhood(6, 7, (3, 3))
-    assert windowed_attention.folds_queries(windowed._score_weights(), (None, 42, CHANNELS), nb,
-                                            windowed.position_score)
+    assert windowed_attention.folds_queries(
+        windowed._score_weights(), (None, 42, CHANNELS), nb, windowed.position_score
+    )
     assert_same_values_and_gradients(windowed, masked, np.random.default_rng(2).normal(size=shape).astype("float32"))

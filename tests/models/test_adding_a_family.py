@@ -17,8 +17,14 @@ SUPPORT = Path(__file__).parents[1]
 
 def test_the_walk_adds_a_score_and_a_family_each_in_one_place(tmp_path):
     modules = walk_modules()
-    assert set(modules) == {"my_scores.py", "plain_cnn/config.py", "plain_cnn/model.py",
-                            "plain_cnn/configurations.py", "plain_cnn/__init__.py", "use.py"}
+    assert set(modules) == {
+        "my_scores.py",
+        "plain_cnn/config.py",
+        "plain_cnn/model.py",
+        "plain_cnn/configurations.py",
+        "plain_cnn/__init__.py",
+        "use.py",
+    }
     for path, source in modules.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(source)
@@ -33,7 +39,13 @@ def test_the_walk_adds_a_score_and_a_family_each_in_one_place(tmp_path):
         print("walk and contract passed")
     """)
     path = os.pathsep.join([str(tmp_path), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
-    result = subprocess.run([sys.executable, "-c", contract], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": path}, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", contract],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "walk and contract passed" in result.stdout

@@ -43,25 +43,48 @@ def graph_matmul_flops(model, batch):
 
 
 @requires_tensorflow
-@pytest.mark.parametrize("name, overrides", [
-    ("quadratic", {"num_layers": 1, "hidden_dim": 24, "intermediate_dim": 40, "image_size": 8}),  # separable
-    ("learned", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 12}),  # separable
-    ("gaussian", {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "image_size": 8}),  # full P
-    ("gaussian_pruned", {"num_layers": 2, "num_heads": (3, 1), "hidden_dim": 16, "image_size": 8}),
-    ("learned_content", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 8}),
-    ("resnet10", {"image_size": 16}),
-    ("gaussian", {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "image_size": 24, "window": 5,
-                  "attention_options": {"windowed": True}}),  # windowed, position-only
-    ("learned_content_local", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 24,
-                               "attention_options": {"windowed": True}}),  # windowed, content
-])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("quadratic", {"num_layers": 1, "hidden_dim": 24, "intermediate_dim": 40, "image_size": 8}),  # separable
+        ("learned", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 12}),  # separable
+        ("gaussian", {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "image_size": 8}),  # full P
+        ("gaussian_pruned", {"num_layers": 2, "num_heads": (3, 1), "hidden_dim": 16, "image_size": 8}),
+        ("learned_content", {"num_layers": 1, "hidden_dim": 16, "position_embedding_dim": 8, "image_size": 8}),
+        ("resnet10", {"image_size": 16}),
+        (
+            "gaussian",
+            {
+                "num_layers": 1,
+                "hidden_dim": 16,
+                "intermediate_dim": 16,
+                "image_size": 24,
+                "window": 5,
+                "attention_options": {"windowed": True},
+            },
+        ),  # windowed, position-only
+        (
+            "learned_content_local",
+            {
+                "num_layers": 1,
+                "hidden_dim": 16,
+                "position_embedding_dim": 8,
+                "image_size": 24,
+                "attention_options": {"windowed": True},
+            },
+        ),  # windowed, content
+    ],
+)
 def test_analytical_count_matches_tensorflow_statistics(name, overrides):
     model = build_model(name, **overrides)
     # Per image = the cost of one more image: work shared by the batch cancels out.
     per_image = graph_matmul_flops(model, 2) - graph_matmul_flops(model, 1)
     assert count_flops(model, executed=True).total == per_image
-    windowed = any(layer.attention.attention_mode.startswith("windowed") for layer in model.layers
-                   if isinstance(layer, TransformerEncoderBlock))
+    windowed = any(
+        layer.attention.attention_mode.startswith("windowed")
+        for layer in model.layers
+        if isinstance(layer, TransformerEncoderBlock)
+    )
     # The algorithm's count differs only on the windowed path, where the tiles also score masked keys.
     assert (count_flops(model).total < per_image) if windowed else (count_flops(model).total == per_image)
 
@@ -69,20 +92,43 @@ def test_analytical_count_matches_tensorflow_statistics(name, overrides):
 WINDOWED_OPTIONS = {
     "position only, narrower output": {"position_score": "gaussian", "output_dim": 4},
     "content-content, folded": {"position_score": "gaussian", "use_content_content": True},
-    "content-content and the gaussian's content-position": {"position_score": "gaussian", "use_content_content": True,
-                                                            "use_content_position": True},
-    "learned content-position, folded": {"position_score": "learned", "use_content_position": True,
-                                         "use_position_bias": False, "key_dim": 16},
-    "learned content-content and content-position": {"position_score": "learned", "use_content_content": True,
-                                                     "use_content_position": True, "use_position_bias": False},
-    "keys narrower than the input": {"position_score": "learned", "use_content_content": True,
-                                     "use_content_position": True, "key_dim": 8},
+    "content-content and the gaussian's content-position": {
+        "position_score": "gaussian",
+        "use_content_content": True,
+        "use_content_position": True,
+    },
+    "learned content-position, folded": {
+        "position_score": "learned",
+        "use_content_position": True,
+        "use_position_bias": False,
+        "key_dim": 16,
+    },
+    "learned content-content and content-position": {
+        "position_score": "learned",
+        "use_content_content": True,
+        "use_content_position": True,
+        "use_position_bias": False,
+    },
+    "keys narrower than the input": {
+        "position_score": "learned",
+        "use_content_content": True,
+        "use_content_position": True,
+        "key_dim": 8,
+    },
     "key bias only": {"position_score": None, "use_key_bias": True, "use_position_bias": False},
-    "key bias and content-content, narrow keys": {"position_score": None, "use_key_bias": True,
-                                                  "use_content_content": True, "use_position_bias": False,
-                                                  "key_dim": 8},
-    "position key projection": {"position_score": "learned", "use_content_position": True,
-                                "position_key_projection": True, "key_dim": 8},
+    "key bias and content-content, narrow keys": {
+        "position_score": None,
+        "use_key_bias": True,
+        "use_content_content": True,
+        "use_position_bias": False,
+        "key_dim": 8,
+    },
+    "position key projection": {
+        "position_score": "learned",
+        "use_content_position": True,
+        "position_key_projection": True,
+        "key_dim": 8,
+    },
 }
 
 
@@ -98,8 +144,10 @@ def test_executed_count_of_the_windowed_path_matches_tensorflow_statistics(optio
     assert layer_flops(layer, (None, height, width, channels), executed=True).total == per_image
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                    reason="arithmetic on layer configs, the same on every backend: checked once, on TensorFlow")
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="arithmetic on layer configs, the same on every backend: checked once, on TensorFlow",
+)
 def test_paper_convention_reproduces_table_1():
     # Table 1 counts products with weights only (2 FLOPs per multiply-add).
     expected = {"resnet18": 1.1, "quadratic": 6.2, "learned": 6.2, "learned_content": 15.0}
@@ -114,8 +162,7 @@ def test_attention_exposes_the_sizes_and_path_the_count_reads():
     assert (default.key_dim, default.output_dim, default.attention_mode) == (6, 6, "separable")
     assert default.attention_mode_for(1, 2) == "position"  # H + W > H * W: the row and column passes cost more
     assert (default.get_config()["key_dim"], default.get_config()["output_dim"]) == (None, None)
-    sized = RelativeMultiHeadAttention(2, position_score="quadratic", key_dim=3, output_dim=7,
-                                       use_content_content=True)
+    sized = RelativeMultiHeadAttention(2, position_score="quadratic", key_dim=3, output_dim=7, use_content_content=True)
     sized.build((None, 4, 5, 6))
     assert (sized.key_dim, sized.output_dim, sized.attention_mode) == (3, 7, "content")
 
@@ -140,8 +187,13 @@ def test_a_windowed_layer_narrower_than_its_input_contracts_the_input_channels()
 def test_windowed_attention_counts_the_window_keys_of_each_query():
     """Windowed attention: K = Kh * Kw keys per query instead of T; the projections are unchanged."""
     heads, height, width, channels, key_dim = 3, 12, 10, 8, 6
-    options = {"position_score": "learned", "use_content_content": True, "use_content_position": True,
-               "use_key_bias": True, "key_dim": key_dim}
+    options = {
+        "position_score": "learned",
+        "use_content_content": True,
+        "use_content_position": True,
+        "use_key_bias": True,
+        "key_dim": key_dim,
+    }
     shape = (None, height, width, channels)
     windowed = RelativeMultiHeadAttention(heads, window=(3, 5), **options)
     plain = RelativeMultiHeadAttention(heads, **options)
@@ -154,8 +206,9 @@ def test_windowed_attention_counts_the_window_keys_of_each_query():
     assert count.attention == 2 * heads * tokens * (keys * (channels + key_dim) + key_dim + axis_dim * (3 + 5))
     # In an encoder block, and on the global path with the window as a mask, the count is what runs.
     block_options = {key: value for key, value in options.items() if key != "position_score"}
-    block = TransformerEncoderBlock(heads, 16, position_score="learned",
-                                    attention_options={**block_options, "window": (3, 5)})
+    block = TransformerEncoderBlock(
+        heads, 16, position_score="learned", attention_options={**block_options, "window": (3, 5)}
+    )
     block.build(shape)
     assert layer_flops(block, shape).attention == count.attention
     masked = RelativeMultiHeadAttention(heads, window=(3, 5), windowed=False, **options)

@@ -17,5 +17,4 @@ def test_earlier_preset_loads_as_its_class_with_its_weights():
 
     assert isinstance(model, AttentionClassifier) and model.name == "quadratic_tiny"
     assert load_preset_metadata(str(LEGACY / "preset"))["keras_attnconv_version"] == str(expected["version"])
-    np.testing.assert_allclose(np.asarray(model.predict(expected["images"], verbose=0)), expected["logits"],
-                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(model.predict(expected["images"], verbose=0)), expected["logits"], atol=1e-5)

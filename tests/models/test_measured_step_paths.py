@@ -9,8 +9,9 @@ from keras_attnconv.models import build_model
 from keras_attnconv.models import measured_step_paths as measured
 from keras_attnconv.models.step_compilation import auto_source, resolve_jit_compile_for
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the measured choice is between TensorFlow's two paths on a CPU")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the measured choice is between TensorFlow's two paths on a CPU"
+)
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
 
 
@@ -41,8 +42,11 @@ def test_a_record_holds_for_the_same_architecture_only():
 def test_a_record_is_of_the_machine_it_was_measured_on(monkeypatch):
     model = small_model()
     measured.record_measured_jit_compile(model, "float32", {False: 1.0, True: 2.0})
-    monkeypatch.setattr(measured, "cpu_capabilities",
-                        lambda: {"model": "another CPU", "flags": frozenset({"avx2"}), "bfloat16_units": None})
+    monkeypatch.setattr(
+        measured,
+        "cpu_capabilities",
+        lambda: {"model": "another CPU", "flags": frozenset({"avx2"}), "bfloat16_units": None},
+    )
     assert measured.measured_jit_compile(model, "float32") is None
 
 
@@ -50,9 +54,12 @@ def test_records_live_in_the_package_cache_and_an_unreadable_file_is_no_record(p
     model = small_model()
     measured.record_measured_jit_compile(model, "float32", {False: 1.0, True: 2.0})
     path = package_cache / "step_paths" / "step_paths.json"
-    record, = json.loads(path.read_text())["records"].values()
-    assert (record["model"], record["jit_compile"], record["step_ms"]) == ("quadratic_tiny", False,
-                                                                            {"graph": 1000.0, "xla": 2000.0})
+    (record,) = json.loads(path.read_text())["records"].values()
+    assert (record["model"], record["jit_compile"], record["step_ms"]) == (
+        "quadratic_tiny",
+        False,
+        {"graph": 1000.0, "xla": 2000.0},
+    )
     path.write_text("{not json")
     assert measured.measured_jit_compile(model, "float32") is None
     assert "the rule" in auto_source(model)

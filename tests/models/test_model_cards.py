@@ -1,4 +1,4 @@
-"""The trained results a model card holds are those of the repository's results files, and every finished run is held."""
+"""A model card's trained results are those of the repository's results files, and every finished run is on one."""
 
 import json
 from pathlib import Path
@@ -8,22 +8,34 @@ import pytest
 import keras_attnconv
 
 REPOSITORY = Path(__file__).parents[2]
-TRAINED = [(name, result) for name in keras_attnconv.list_models()
-           for result in keras_attnconv.get_model_card(name).trained]
+TRAINED = [
+    (name, result) for name in keras_attnconv.list_models() for result in keras_attnconv.get_model_card(name).trained
+]
 
 
 def _recorded_run(name, result):
     """``(accuracy, standard_error, epochs, minutes, device, data)`` of the run `result` names, from its file."""
     record = json.loads((REPOSITORY / result.results_file).read_text())
     if "runs" in record:  # a Table 1 file (`attnconv table1`)
-        run, = [run for run in record["runs"] if run["recipe"] == result.recipe and run["model"] == name]
-        return (run["test_accuracy"], run["standard_error"], run["epochs"], run["training_minutes"], run["device"],
-                record["data"]["name"])
+        (run,) = [run for run in record["runs"] if run["recipe"] == result.recipe and run["model"] == name]
+        return (
+            run["test_accuracy"],
+            run["standard_error"],
+            run["epochs"],
+            run["training_minutes"],
+            run["device"],
+            record["data"]["name"],
+        )
     metrics = record["metrics"]  # a single run's record (training/results/cifar10-cpu.json)
     assert metrics["model"] == name and f"--recipe {result.recipe} " in record["command"]
-    return (metrics["eval_accuracy"], record["test_standard_error"], metrics["epochs"],
-            metrics["wall_seconds_this_session"] / 60, f"{record['machine']['cpu']['model']}, "
-            f"{record['machine']['cpus']} cores", record["data"]["name"])
+    return (
+        metrics["eval_accuracy"],
+        record["test_standard_error"],
+        metrics["epochs"],
+        metrics["wall_seconds_this_session"] / 60,
+        f"{record['machine']['cpu']['model']}, {record['machine']['cpus']} cores",
+        record["data"]["name"],
+    )
 
 
 @pytest.mark.parametrize("name, result", TRAINED, ids=[f"{name}-{result.recipe}" for name, result in TRAINED])

@@ -15,8 +15,8 @@ from keras import ops
 from support import walk_modules
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
-from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
 from keras_attnconv.layers.encoder import encoder_blocks
+from keras_attnconv.models import AttentionClassifierConfig, ResNetConfig
 from keras_attnconv.models.attention_classifier import with_attention_options
 
 SMALL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8, "image_size": 8}
@@ -26,10 +26,13 @@ def pixels(count=2, size=8):
     return np.random.default_rng(0).integers(0, 256, (count, size, size, 3), dtype=np.uint8)
 
 
-@pytest.mark.parametrize("model_class, config_class, fields", [
-    (AttentionClassifier, AttentionClassifierConfig, {**SMALL, "num_heads": (2,)}),
-    (ResNet, ResNetConfig, {"image_size": 8, "blocks_per_stage": (1,), "widths": (4,)}),
-])
+@pytest.mark.parametrize(
+    "model_class, config_class, fields",
+    [
+        (AttentionClassifier, AttentionClassifierConfig, {**SMALL, "num_heads": (2,)}),
+        (ResNet, ResNetConfig, {"image_size": 8, "blocks_per_stage": (1,), "widths": (4,)}),
+    ],
+)
 def test_get_config_is_exactly_the_constructor_arguments(model_class, config_class, fields):
     model = model_class(**fields, name="mine", dtype="mixed_bfloat16")
     config = model.get_config()
@@ -55,22 +58,41 @@ np.save(sys.argv[2], keras.ops.convert_to_numpy(model(np.load(sys.argv[3]))))
 """
 
 
-@pytest.mark.parametrize("imports", ["import keras_attnconv, keras", "import keras\nimport keras_attnconv",
-                                     # a submodule first: Keras is imported while that module (and, for
-                                     # models, the layers it imports) is still being imported
-                                     "from keras_attnconv.layers import QuadraticScore\nimport keras",
-                                     "from keras_attnconv.models import build_model\nimport keras",
-                                     "from keras_attnconv.optim import WarmupCosineDecay\nimport keras"])
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "import keras_attnconv, keras",
+        "import keras\nimport keras_attnconv",
+        # a submodule first: Keras is imported while that module (and, for
+        # models, the layers it imports) is still being imported
+        "from keras_attnconv.layers import QuadraticScore\nimport keras",
+        "from keras_attnconv.models import build_model\nimport keras",
+        "from keras_attnconv.optim import WarmupCosineDecay\nimport keras",
+    ],
+)
 def test_a_keras_file_reloads_after_a_plain_import_in_either_order(imports, tmp_path):
-    model = build_model("quadratic_tiny", seed=0, class_names=[f"c{i}" for i in range(10)],
-                        pixel_std=(0.3, 0.3, 0.3), **SMALL)
+    model = build_model(
+        "quadratic_tiny", seed=0, class_names=[f"c{i}" for i in range(10)], pixel_std=(0.3, 0.3, 0.3), **SMALL
+    )
     model.save(tmp_path / "model.keras")
     np.save(tmp_path / "pixels.npy", pixels())
     script = textwrap.dedent(RELOAD.format(imports=imports))
-    result = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", script, str(tmp_path / "model.keras"),
-                             str(tmp_path / "out.npy"), str(tmp_path / "pixels.npy")],
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error::UserWarning",
+            "-c",
+            script,
+            str(tmp_path / "model.keras"),
+            str(tmp_path / "out.npy"),
+            str(tmp_path / "pixels.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["AttentionClassifier", "quadratic_tiny", "c0", "0.3"]
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), ops.convert_to_numpy(model(pixels())))
@@ -85,8 +107,9 @@ def test_the_model_normalises_the_pixels_with_its_own_statistics():
     assert model.preprocessing["normalization"] == {"mean": [0.5, 0.25, 0.75], "std": [0.5, 0.25, 0.125]}
 
 
-@pytest.mark.parametrize("images", [np.zeros((1, 8, 8, 3), "float32"), np.zeros((1, 8, 8, 3), "int32")],
-                         ids=["float32", "int32"])
+@pytest.mark.parametrize(
+    "images", [np.zeros((1, 8, 8, 3), "float32"), np.zeros((1, 8, 8, 3), "int32")], ids=["float32", "int32"]
+)
 def test_images_other_than_uint8_pixels_are_refused(images):
     # A normalised float image would be cast to uint8 and classified as something else, silently.
     model = build_model("quadratic_tiny", **SMALL)
@@ -131,29 +154,34 @@ def test_attention_options_make_a_new_configuration_with_the_same_weights(tmp_pa
         np.testing.assert_array_equal(a, b)
     general.save(tmp_path / "general.keras")
     assert keras.saving.load_model(tmp_path / "general.keras").get_layer("encoder_0").attention.attention_mode == (
-        "position")
-    np.testing.assert_allclose(ops.convert_to_numpy(general(pixels())), ops.convert_to_numpy(model(pixels())),
-                               atol=1e-5)
+        "position"
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(general(pixels())), ops.convert_to_numpy(model(pixels())), atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"class_names": ["a", "b"]}, "10 distinct non-empty strings.*class_names=\\['a', 'b'\\]"),
-    ({"class_names": "abcdefghij"}, "class_names='abcdefghij'"),
-    ({"class_names": ["a"] * 10}, "distinct"),
-    ({"class_names": np.array([[str(i)] for i in range(10)])}, "1-D array.*class_names=\\[\\['0'\\], \\['1'\\]"),
-    ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
-    ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
-    ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
-    ({"pixel_std": (1e-50, 0.2, 0.2)}, "`pixel_std` must be a number float32 can hold.*pixel_std=\\(1e-50"),
-    ({"pixel_mean": (1e39, 0.2, 0.2)}, "`pixel_mean` must be a number float32 can hold.*pixel_mean=\\(1e\\+39"),
-    ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
-    ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
-    # Values, by the layer that takes them, when the config is made (not when the layers are built).
-    ({"attention_options": {"separable": "maybe"}}, "Invalid `attention_options`.*Received: separable='maybe'"),
-    ({"attention_options": {"content_scale": -1.0}}, "Received: content_scale=-1.0"),
-    ({"attention_options": {"bias_initializer": "bogus"}}, "Received: bias_initializer='bogus'"),
-    ({"attention_options": {"windowed": True}}, "needs a `window`"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"class_names": ["a", "b"]}, "10 distinct non-empty strings.*class_names=\\['a', 'b'\\]"),
+        ({"class_names": "abcdefghij"}, "class_names='abcdefghij'"),
+        ({"class_names": ["a"] * 10}, "distinct"),
+        ({"class_names": np.array([[str(i)] for i in range(10)])}, "1-D array.*class_names=\\[\\['0'\\], \\['1'\\]"),
+        ({"pixel_std": (0.2, 0.0, 0.2)}, "pixel_std=0.0"),
+        ({"pixel_std": (0.2, 0.2)}, "one number per RGB channel.*pixel_std=\\(0.2, 0.2\\)"),
+        ({"pixel_mean": (0.5, float("nan"), 0.5)}, "pixel_mean=nan"),
+        ({"pixel_std": (1e-50, 0.2, 0.2)}, "`pixel_std` must be a number float32 can hold.*pixel_std=\\(1e-50"),
+        ({"pixel_mean": (1e39, 0.2, 0.2)}, "`pixel_mean` must be a number float32 can hold.*pixel_mean=\\(1e\\+39"),
+        ({"attention_options": {"separable": False, "key_dim": 4}}, "may set.*key_dim"),
+        ({"attention_options": {"seperable": False}}, "Did you mean 'separable'"),
+        # Values, by the layer that takes them, when the config is made (not when the layers are built).
+        ({"attention_options": {"separable": "maybe"}}, "Invalid `attention_options`.*Received: separable='maybe'"),
+        ({"attention_options": {"content_scale": -1.0}}, "Received: content_scale=-1.0"),
+        ({"attention_options": {"bias_initializer": "bogus"}}, "Received: bias_initializer='bogus'"),
+        ({"attention_options": {"windowed": True}}, "needs a `window`"),
+    ],
+)
 def test_bad_preprocessing_and_options_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
         build_model("quadratic_tiny", **SMALL, **overrides)
@@ -176,10 +204,14 @@ def test_class_names_may_be_a_1d_array_of_strings():
     assert build_model("quadratic_tiny", class_names=names, **SMALL).class_names == tuple(names.tolist())
 
 
-@pytest.mark.parametrize("images, received", [
-    ([pixels(1)[0], pixels(1)[0]], r"a list of 2 items \(\(8, 8, 3\), \(8, 8, 3\)\)"),
-    (pixels(1)[0], r"an array of shape \(8, 8, 3\)"),
-], ids=["list of images", "one image without its batch axis"])
+@pytest.mark.parametrize(
+    "images, received",
+    [
+        ([pixels(1)[0], pixels(1)[0]], r"a list of 2 items \(\(8, 8, 3\), \(8, 8, 3\)\)"),
+        (pixels(1)[0], r"an array of shape \(8, 8, 3\)"),
+    ],
+    ids=["list of images", "one image without its batch axis"],
+)
 def test_images_other_than_one_batch_array_are_named(images, received):
     model = build_model("quadratic_tiny", **SMALL)
     message = rf"takes one uint8 array of images \(batch, 8, 8, 3\).*Received: images={received}"
@@ -189,15 +221,22 @@ def test_images_other_than_one_batch_array_are_named(images, received):
         model.predict(images, verbose=0)
 
 
-@pytest.mark.parametrize("name, overrides, message", [
-    ("learned_content_local_tiny", {"image_size": 100000}, "One image's feature maps.*image_size=100000"),
-    ("quadratic_tiny", {"num_classes": 10**9}, "The logits kernel would take about 179 GiB.*num_classes=1000000000"),
-    ("quadratic_tiny", {"intermediate_dim": 10**9}, "feed-forward kernel.*intermediate_dim=1000000000"),
-    ("quadratic_tiny", {"num_layers": 10**7}, "The weights.*num_layers=10000000"),
-    ("absolute_learned_tiny", {"image_size": 512}, "attention scores would take about 144 GiB.*image_size=512"),
-    ("resnet_tiny", {"widths": (16, 32, 10**6)}, r"A convolution kernel.*widths=\(16, 32, 1000000\)"),
-    ("resnet_tiny", {"num_classes": 10**9}, "The logits kernel.*num_classes=1000000000"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        ("learned_content_local_tiny", {"image_size": 100000}, "One image's feature maps.*image_size=100000"),
+        (
+            "quadratic_tiny",
+            {"num_classes": 10**9},
+            "The logits kernel would take about 179 GiB.*num_classes=1000000000",
+        ),
+        ("quadratic_tiny", {"intermediate_dim": 10**9}, "feed-forward kernel.*intermediate_dim=1000000000"),
+        ("quadratic_tiny", {"num_layers": 10**7}, "The weights.*num_layers=10000000"),
+        ("absolute_learned_tiny", {"image_size": 512}, "attention scores would take about 144 GiB.*image_size=512"),
+        ("resnet_tiny", {"widths": (16, 32, 10**6)}, r"A convolution kernel.*widths=\(16, 32, 1000000\)"),
+        ("resnet_tiny", {"num_classes": 10**9}, "The logits kernel.*num_classes=1000000000"),
+    ],
+)
 def test_sizes_beyond_the_limit_are_named_before_anything_is_allocated(name, overrides, message):
     # Each used to allocate tens of GiB in the config check, or to end in an out-of-memory error naming nothing.
     with pytest.raises(ValueError, match=message):
@@ -219,27 +258,41 @@ def test_compile_alone_trains_the_logits_with_a_from_logits_loss_and_accuracy():
     assert abs(history["loss"][0] - np.log(10)) < 0.5 and "accuracy" in history
 
 
-@pytest.mark.parametrize("loss", [
-    "sparse_categorical_crossentropy", "categorical_crossentropy", "SparseCategoricalCrossentropy",
-    keras.losses.sparse_categorical_crossentropy, keras.losses.SparseCategoricalCrossentropy(),
-    keras.losses.CategoricalCrossentropy(from_logits=False), [keras.losses.SparseCategoricalCrossentropy()],
-], ids=lambda loss: getattr(loss, "__name__", None) or type(loss).__name__ + repr(loss)[:40])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "sparse_categorical_crossentropy",
+        "categorical_crossentropy",
+        "SparseCategoricalCrossentropy",
+        keras.losses.sparse_categorical_crossentropy,
+        keras.losses.SparseCategoricalCrossentropy(),
+        keras.losses.CategoricalCrossentropy(from_logits=False),
+        [keras.losses.SparseCategoricalCrossentropy()],
+    ],
+    ids=lambda loss: getattr(loss, "__name__", None) or type(loss).__name__ + repr(loss)[:40],
+)
 def test_a_loss_that_reads_the_logits_as_probabilities_is_refused(loss):
     model = build_model("quadratic_tiny", **SMALL)
-    with pytest.raises(ValueError, match="outputs logits, and this loss would read them as probabilities.*"
-                                         "Received: loss="):
+    with pytest.raises(
+        ValueError, match="outputs logits, and this loss would read them as probabilities.*Received: loss="
+    ):
         model.compile("sgd", loss)
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # the one meant
 
 
-@pytest.mark.parametrize("labels, keyword, label", [(np.arange(4) + 7, "y", 10), (np.array([0, -1, 2, 3]), "y", -1),
-                                                    (np.array([0, 1, 2, 12]), "validation_data", 12)])
+@pytest.mark.parametrize(
+    "labels, keyword, label",
+    [(np.arange(4) + 7, "y", 10), (np.array([0, -1, 2, 3]), "y", -1), (np.array([0, 1, 2, 12]), "validation_data", 12)],
+)
 def test_a_label_out_of_range_in_fit_names_the_label_and_the_number_of_classes(labels, keyword, label):
     model = build_model("quadratic_tiny", **SMALL)
     model.compile()
     y, validation = (labels, None) if keyword == "y" else (np.zeros(4, int), (pixels(4), labels))
-    with pytest.raises(ValueError, match=rf"has 10 classes: labels must lie in \[0, 10\). "
-                                         rf"Received: {keyword} with the label {label}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"has 10 classes: labels must lie in \[0, 10\). "
+        rf"Received: {keyword} with the label {label}",
+    ):
         model.fit(pixels(4), y, validation_data=validation, epochs=1, verbose=0)
 
 
@@ -302,17 +355,21 @@ def manhattan_score(tmp_path, monkeypatch):
         sys.modules.pop("my_manhattan_score", None)
 
 
-@pytest.mark.parametrize("build", [
-    lambda: build_model("quadratic_tiny", position_score="manhattan", **SMALL),
-    lambda: AttentionClassifier(position_score="manhattan", num_heads=2, **SMALL),
-    lambda: get_model_config("quadratic_tiny", position_score="manhattan", **SMALL).build(),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: build_model("quadratic_tiny", position_score="manhattan", **SMALL),
+        lambda: AttentionClassifier(position_score="manhattan", num_heads=2, **SMALL),
+        lambda: get_model_config("quadratic_tiny", position_score="manhattan", **SMALL).build(),
+    ],
+)
 def test_a_position_score_registered_the_documented_way_is_taken_by_the_models(manhattan_score, build):
     model = build()
     scores = [block.attention.position_score for block in encoder_blocks(model)]
     assert scores and all(isinstance(score, manhattan_score) for score in scores)
     logits = keras.ops.convert_to_numpy(model(pixels()))
     assert logits.shape == (2, 10) and np.isfinite(logits).all()
-    with pytest.raises(ValueError, match="`position_score` must be one of .*'manhattan'.* Received: "
-                                         "position_score='manhatan'"):
+    with pytest.raises(
+        ValueError, match="`position_score` must be one of .*'manhattan'.* Received: position_score='manhatan'"
+    ):
         build_model("quadratic_tiny", position_score="manhatan", **SMALL)

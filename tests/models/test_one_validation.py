@@ -24,8 +24,10 @@ def test_a_model_from_its_fields_and_its_reload_validate_once_each(validation_co
 
 def test_a_config_given_to_the_model_is_taken_alone():
     config = keras_attnconv.get_model_config("resnet_tiny")
-    with pytest.raises(ValueError, match="`config`, a ResNetConfig .* alone. Received: config of class ResNetConfig "
-                                         "and the fields widths"):
+    with pytest.raises(
+        ValueError,
+        match="`config`, a ResNetConfig .* alone. Received: config of class ResNetConfig and the fields widths",
+    ):
         keras_attnconv.ResNet(config=config, widths=(8, 8, 8))
     with pytest.raises(ValueError, match="Received: config of class AttentionClassifierConfig"):
         keras_attnconv.ResNet(config=keras_attnconv.get_model_config("quadratic_tiny"))

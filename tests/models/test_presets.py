@@ -24,8 +24,16 @@ CLASSES = ("cat", "dog", "owl")
 
 
 def small_model(dtype=None, **overrides):
-    return build_model("quadratic_tiny", seed=0, dtype=dtype, num_classes=3, class_names=CLASSES,
-                       pixel_mean=(0.5, 0.4, 0.3), pixel_std=(0.2, 0.3, 0.25), **{**SMALL, **overrides})
+    return build_model(
+        "quadratic_tiny",
+        seed=0,
+        dtype=dtype,
+        num_classes=3,
+        class_names=CLASSES,
+        pixel_mean=(0.5, 0.4, 0.3),
+        pixel_std=(0.2, 0.3, 0.25),
+        **{**SMALL, **overrides},
+    )
 
 
 def images(count=4, size=8):
@@ -36,8 +44,15 @@ def outputs(model, x):
     return keras.ops.convert_to_numpy(model(x))
 
 
-@pytest.mark.parametrize("field, value", [("model", "resnet18"), ("class", "keras_attnconv>ResNet"),
-                                          ("parameter_count", 7), ("preprocessing", {"input": None})])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("model", "resnet18"),
+        ("class", "keras_attnconv>ResNet"),
+        ("parameter_count", 7),
+        ("preprocessing", {"input": None}),
+    ],
+)
 def test_metadata_that_contradicts_the_model_is_refused_on_save_and_nothing_written(tmp_path, field, value):
     model = small_model()
     said = repr(value)
@@ -87,9 +102,11 @@ def test_the_metadata_says_what_the_model_is_and_what_the_saver_adds(tmp_path):
     metadata = load_preset_metadata(save_to_preset(model, tmp_path / "p", metadata={"recipe": {"epochs": 3}}))
     assert metadata["model"] == "quadratic_tiny" and metadata["class"] == "keras_attnconv>AttentionClassifier"
     assert metadata["parameter_count"] == model.count_params() and metadata["recipe"] == {"epochs": 3}
-    assert metadata["preprocessing"] == {"input": {"name": "images", "dtype": "uint8", "shape": [None, 8, 8, 3]},
-                                         "normalization": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.25]},
-                                         "class_names": list(CLASSES)}
+    assert metadata["preprocessing"] == {
+        "input": {"name": "images", "dtype": "uint8", "shape": [None, 8, 8, 3]},
+        "normalization": {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.25]},
+        "class_names": list(CLASSES),
+    }
     assert metadata["keras_version"] == keras.__version__ and metadata["keras_attnconv_version"]
 
 
@@ -184,15 +201,32 @@ def test_a_sigkill_at_any_moment_leaves_a_whole_preset_or_none(tmp_path):
     assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
 
 
-@pytest.mark.parametrize("damage, error, message", [
-    (lambda p: (p / "model.weights.h5").unlink(), FileNotFoundError, "lacks model.weights.h5"),
-    (lambda p: (p / "config.json").write_text("{"), ValueError, "config.json cannot be read"),
-    (lambda p: (p / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40), ValueError,
-     "weights of the preset .* cannot be loaded"),
-    (lambda p: (p / "config.json").write_text(json.dumps(
-        {"module": "keras.layers", "class_name": "Lambda", "registered_name": None,
-         "config": {"function": "print"}})), ValueError, "does not hold a keras_attnconv model"),
-])
+@pytest.mark.parametrize(
+    "damage, error, message",
+    [
+        (lambda p: (p / "model.weights.h5").unlink(), FileNotFoundError, "lacks model.weights.h5"),
+        (lambda p: (p / "config.json").write_text("{"), ValueError, "config.json cannot be read"),
+        (
+            lambda p: (p / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40),
+            ValueError,
+            "weights of the preset .* cannot be loaded",
+        ),
+        (
+            lambda p: (p / "config.json").write_text(
+                json.dumps(
+                    {
+                        "module": "keras.layers",
+                        "class_name": "Lambda",
+                        "registered_name": None,
+                        "config": {"function": "print"},
+                    }
+                )
+            ),
+            ValueError,
+            "does not hold a keras_attnconv model",
+        ),
+    ],
+)
 def test_a_damaged_or_foreign_preset_is_an_error_naming_it(tmp_path, damage, error, message):
     path = save_to_preset(small_model(), tmp_path / "p")
     damage(path)
@@ -218,10 +252,13 @@ def a_run(path):
     return path
 
 
-@pytest.mark.parametrize("make, holds", [
-    (users_folder, r"files without keras_attnconv's mark \(notes.txt, photos\)"),
-    (a_run, "a training run directory"),
-])
+@pytest.mark.parametrize(
+    "make, holds",
+    [
+        (users_folder, r"files without keras_attnconv's mark \(notes.txt, photos\)"),
+        (a_run, "a training run directory"),
+    ],
+)
 def test_overwrite_replaces_a_preset_and_nothing_else(tmp_path, make, holds):
     path = make(tmp_path / "userdata")
     before = snapshot(tmp_path)
@@ -230,10 +267,13 @@ def test_overwrite_replaces_a_preset_and_nothing_else(tmp_path, make, holds):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("call", [
-    lambda path: save_to_preset(small_model(), path, overwrite="no"),
-    lambda path: from_preset(save_to_preset(small_model(), path), load_weights="no"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda path: save_to_preset(small_model(), path, overwrite="no"),
+        lambda path: from_preset(save_to_preset(small_model(), path), load_weights="no"),
+    ],
+)
 def test_a_flag_is_a_real_boolean(tmp_path, call):
     with pytest.raises(ValueError, match="must be true or false. Received: .*='no'"):
         call(tmp_path / "p")
@@ -269,6 +309,7 @@ def test_a_preset_is_published_only_once_its_metadata_is_written(tmp_path, monke
             if Path(target) == tmp_path / "p":
                 published.append(sorted(p.name for p in Path(source).iterdir()))
             return rename(source, target)
+
         return wrapped
 
     monkeypatch.setattr(presets.os, "rename", record(os.rename))
@@ -286,8 +327,9 @@ save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}, dropout=0.25),
 """
 
 
-@pytest.mark.parametrize("kill, dropout", [("die_before(presets, 'exchange')", 0.1),
-                                           ("die_after(presets, 'exchange')", 0.25)])
+@pytest.mark.parametrize(
+    "kill, dropout", [("die_before(presets, 'exchange')", 0.1), ("die_after(presets, 'exchange')", 0.25)]
+)
 def test_a_kill_while_a_preset_is_replaced_leaves_the_old_or_the_new_one(tmp_path, kill, dropout):
     path = tmp_path / "p"
     run_until_killed(KILLED_OVERWRITE.format(small=SMALL, path=str(path), kill=kill))
@@ -301,6 +343,7 @@ def with_metadata(**changes):
     def damage(path):
         metadata = json.loads((path / "metadata.json").read_text())
         (path / "metadata.json").write_text(json.dumps({**metadata, **changes}))
+
     return damage
 
 
@@ -308,6 +351,7 @@ def with_weights_of(**overrides):
     def damage(path):
         other = save_to_preset(small_model(**overrides), path.parent / "other")
         (path / "model.weights.h5").write_bytes((other / "model.weights.h5").read_bytes())
+
     return damage
 
 
@@ -326,16 +370,24 @@ def without_a_weight(path):
         del weights["layers/transformer_encoder_block/output_norm/vars/1"]
 
 
-@pytest.mark.parametrize("damage, disagreement", [
-    (with_weights_of(num_layers=2), "model.weights.h5 holds 32 weights .* has 18 weights"),  # extra: Keras drops them
-    (with_weights_of(hidden_dim=12, intermediate_dim=12), r"holds 18 weights \(2046 values\) .* \(990 values\)"),
-    (without_a_weight, "model.weights.h5 holds 17 weights .* has 18 weights"),
-    (with_metadata(model="resnet18"), "metadata.json says model='resnet18' where config.json builds "
-                                      "model='quadratic_tiny'"),
-    (with_metadata(**{"class": "keras_attnconv>ResNet"}), "says class='keras_attnconv>ResNet'"),
-    (with_metadata(parameter_count=12), "says parameter_count=12 where config.json builds parameter_count=990"),
-    (with_metadata(preprocessing={"class_names": ["a", "b", "c"]}), "says preprocessing="),
-])
+@pytest.mark.parametrize(
+    "damage, disagreement",
+    [
+        (
+            with_weights_of(num_layers=2),
+            "model.weights.h5 holds 32 weights .* has 18 weights",
+        ),  # extra: Keras drops them
+        (with_weights_of(hidden_dim=12, intermediate_dim=12), r"holds 18 weights \(2046 values\) .* \(990 values\)"),
+        (without_a_weight, "model.weights.h5 holds 17 weights .* has 18 weights"),
+        (
+            with_metadata(model="resnet18"),
+            "metadata.json says model='resnet18' where config.json builds model='quadratic_tiny'",
+        ),
+        (with_metadata(**{"class": "keras_attnconv>ResNet"}), "says class='keras_attnconv>ResNet'"),
+        (with_metadata(parameter_count=12), "says parameter_count=12 where config.json builds parameter_count=990"),
+        (with_metadata(preprocessing={"class_names": ["a", "b", "c"]}), "says preprocessing="),
+    ],
+)
 def test_a_preset_whose_files_disagree_is_an_error_naming_what_disagrees(tmp_path, damage, disagreement):
     path = save_to_preset(small_model(), tmp_path / "p")
     damage(path)
@@ -343,10 +395,13 @@ def test_a_preset_whose_files_disagree_is_an_error_naming_what_disagrees(tmp_pat
         from_preset(path)
 
 
-@pytest.mark.parametrize("content, holds", [
-    ("[1, 2]", "holds a JSON list, not an object"),
-    ("[" * 100_000 + "]" * 100_000, "cannot be read .JSON nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, holds",
+    [
+        ("[1, 2]", "holds a JSON list, not an object"),
+        ("[" * 100_000 + "]" * 100_000, "cannot be read .JSON nested too deeply"),
+    ],
+)
 def test_a_metadata_file_that_is_not_an_object_is_named(tmp_path, content, holds):
     path = save_to_preset(small_model(), tmp_path / "p")
     (path / "metadata.json").write_text(content)
@@ -359,15 +414,20 @@ def test_a_run_given_as_a_preset_points_to_its_preset(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.claim()
     save_to_preset(small_model(), run.preset_dir)
-    with pytest.raises(FileNotFoundError, match=f"'{run.path}' is a training run directory, not a preset: its preset is "
-                                                f"'{run.preset_dir}'"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"'{run.path}' is a training run directory, not a preset: its preset is '{run.preset_dir}'",
+    ):
         from_preset(run.path)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("a\0b", "cannot hold a NUL byte"),
-    ("x" * 300, "has a name of 300 characters"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("a\0b", "cannot hold a NUL byte"),
+        ("x" * 300, "has a name of 300 characters"),
+    ],
+)
 def test_a_preset_path_the_system_cannot_take_is_named(tmp_path, name, message):
     with pytest.raises(ValueError, match=f"`preset_dir` {message}"):
         save_to_preset(small_model(), tmp_path / name)
@@ -398,15 +458,17 @@ def test_a_preset_under_a_file_or_a_read_only_folder_is_named_as_given(tmp_path,
         locked.chmod(0o755)
 
 
-@pytest.mark.parametrize("where, preset_dir, overwrite", [
-    ("p", ".", True),  # was OSError "Device or resource busy" on an exchange with "."
-    ("p", "absolute", True),  # was replaced, leaving the process in a removed directory
-    ("p", "symlink", True),
-    ("empty", ".", False),
-    ("p/inside", "..", True),
-])
-def test_the_working_directory_is_refused_as_preset_dir_naming_it(tmp_path, monkeypatch, where, preset_dir,
-                                                                   overwrite):
+@pytest.mark.parametrize(
+    "where, preset_dir, overwrite",
+    [
+        ("p", ".", True),  # was OSError "Device or resource busy" on an exchange with "."
+        ("p", "absolute", True),  # was replaced, leaving the process in a removed directory
+        ("p", "symlink", True),
+        ("empty", ".", False),
+        ("p/inside", "..", True),
+    ],
+)
+def test_the_working_directory_is_refused_as_preset_dir_naming_it(tmp_path, monkeypatch, where, preset_dir, overwrite):
     save_to_preset(small_model(), tmp_path / "p")
     (tmp_path / "p" / "inside").mkdir()
     (tmp_path / "empty").mkdir()
@@ -421,12 +483,21 @@ def test_the_working_directory_is_refused_as_preset_dir_naming_it(tmp_path, monk
     assert snapshot(tmp_path) == before and Path.cwd() == tmp_path / where
 
 
-@pytest.mark.parametrize("metadata, says", [
-    ([1, 2], "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata=[1, 2]"),
-    ("recipe", "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata='recipe'"),
-    ({"tags": {"a"}}, "must hold JSON values only: Object of type set is not JSON serializable. "
-                      "Received: metadata={'tags': {'a'}}"),
-])
+@pytest.mark.parametrize(
+    "metadata, says",
+    [
+        ([1, 2], "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata=[1, 2]"),
+        (
+            "recipe",
+            "must be None or a dict of fields (a JSON object) added to metadata.json. Received: metadata='recipe'",
+        ),
+        (
+            {"tags": {"a"}},
+            "must hold JSON values only: Object of type set is not JSON serializable. "
+            "Received: metadata={'tags': {'a'}}",
+        ),
+    ],
+)
 def test_metadata_that_is_no_json_object_is_named_and_nothing_written(tmp_path, metadata, says):
     with pytest.raises(ValueError) as raised:
         save_to_preset(small_model(), tmp_path / "p", metadata=metadata)

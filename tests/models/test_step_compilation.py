@@ -7,13 +7,20 @@ import pytest
 from keras_attnconv.layers.path_rule import default_platform
 from keras_attnconv.models import build_model
 from keras_attnconv.models.precision import POLICY_NAMES
-from keras_attnconv.models.step_compilation import (SMALL_MODEL_GFLOPS, describe_step_path, model_gflops,
-                                                    resolve_jit_compile, uses_xla)
+from keras_attnconv.models.step_compilation import (
+    SMALL_MODEL_GFLOPS,
+    describe_step_path,
+    model_gflops,
+    resolve_jit_compile,
+    uses_xla,
+)
 from keras_attnconv.utils.reports import cpu_capabilities
 
-CPU_KINDS = {"AMX": frozenset({"amx_bf16", "avx512_bf16", "avx512f", "avx2"}),
-             "AVX-512 BF16": frozenset({"avx512_bf16", "avx512f", "avx2"}),
-             "AVX2 only": frozenset({"avx2"})}
+CPU_KINDS = {
+    "AMX": frozenset({"amx_bf16", "avx512_bf16", "avx512f", "avx2"}),
+    "AVX-512 BF16": frozenset({"avx512_bf16", "avx512f", "avx2"}),
+    "AVX2 only": frozenset({"avx2"}),
+}
 
 
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "bfloat16"])
@@ -38,13 +45,15 @@ def test_a_small_models_step_is_xla_on_every_cpu(cpu, precision):
     # Measured on AMX: XLA up to 1.35x faster for models of 0.05-0.31 GFLOP per image (many small ops, fused).
     assert uses_xla("cpu", precision, "tensorflow", CPU_KINDS[cpu], gflops_per_image=0.31) is True
     assert uses_xla("cpu", precision, "tensorflow", CPU_KINDS[cpu], gflops_per_image=SMALL_MODEL_GFLOPS) is (
-        cpu == "AVX2 only")
+        cpu == "AVX2 only"
+    )
 
 
 def test_the_size_threshold_lies_between_the_models_it_was_measured_on():
     # XLA was faster for learned_content_tiny (the largest such model measured), the graph for resnet10.
-    largest_faster_under_xla, smallest_faster_in_the_graph = (model_gflops(build_model(name))
-                                                              for name in ("learned_content_tiny", "resnet10"))
+    largest_faster_under_xla, smallest_faster_in_the_graph = (
+        model_gflops(build_model(name)) for name in ("learned_content_tiny", "resnet10")
+    )
     assert largest_faster_under_xla < SMALL_MODEL_GFLOPS < smallest_faster_in_the_graph
     assert round(model_gflops(build_model("quadratic")), 2) == 6.53  # `attnconv list`'s count, attention included
 
@@ -54,7 +63,6 @@ def test_every_step_is_xla_on_a_cpu_without_bfloat16_units(precision):
     # Measured on AVX2: XLA faster in both training precisions; oneDNN without bfloat16 units up to 17x slower.
     assert uses_xla("cpu", precision, "tensorflow", CPU_KINDS["AVX2 only"]) is True
     assert uses_xla("cpu", precision, "tensorflow", frozenset()) is True  # a CPU whose flags are unknown
-
 
 
 @pytest.mark.parametrize("precision", POLICY_NAMES)
@@ -83,8 +91,11 @@ def test_auto_is_the_rule_for_this_device():
 
 @pytest.mark.parametrize("value", ["maybe", "True", 1, None])
 def test_anything_else_is_an_error_naming_the_argument_and_the_value(value):
-    with pytest.raises(ValueError, match=rf"`jit_compile` must be true, false or \"auto\".*"
-                                         rf"Received: jit_compile={value!r}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"`jit_compile` must be true, false or \"auto\".*"
+        rf"Received: jit_compile={value!r}",
+    ):
         resolve_jit_compile(value)
 
 
@@ -95,24 +106,35 @@ def test_a_models_own_compile_default_takes_the_rule():
     assert model.jit_compile is resolve_jit_compile("auto", model.dtype_policy.name, gflops_per_image=size)
 
 
-@pytest.mark.parametrize("flags, units, vectors", [
-    ("fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "AMX", "AVX-512"),
-    ("fpu avx2 avx512f avx512_bf16", "AVX-512 BF16", "AVX-512"),
-    ("fpu avx2", None, "AVX2"),
-])
+@pytest.mark.parametrize(
+    "flags, units, vectors",
+    [
+        ("fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16", "AMX", "AVX-512"),
+        ("fpu avx2 avx512f avx512_bf16", "AVX-512 BF16", "AVX-512"),
+        ("fpu avx2", None, "AVX2"),
+    ],
+)
 def test_cpu_capabilities_name_the_bfloat16_and_vector_units(tmp_path, flags, units, vectors):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
-                       f"processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: {flags}\n")
+    cpuinfo.write_text(
+        f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+        f"processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
+    )
     capabilities = cpu_capabilities(str(cpuinfo))
     assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["vector_units"]) == (
-        "Some CPU", units, vectors)
+        "Some CPU",
+        units,
+        vectors,
+    )
 
 
 def test_cpu_capabilities_of_a_machine_without_cpuinfo_are_unknown(tmp_path):
     capabilities = cpu_capabilities(str(tmp_path / "absent"))
-    assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["flags"]) == ("unknown", None,
-                                                                                               frozenset())
+    assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["flags"]) == (
+        "unknown",
+        None,
+        frozenset(),
+    )
 
 
 def pretend_cpu(monkeypatch, kind):
@@ -121,8 +143,11 @@ def pretend_cpu(monkeypatch, kind):
 
     flags = CPU_KINDS[kind]
     units = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else None
-    monkeypatch.setattr(step_compilation, "cpu_capabilities",
-                        lambda: {"model": f"a pretended {kind} CPU", "bfloat16_units": units, "flags": flags})
+    monkeypatch.setattr(
+        step_compilation,
+        "cpu_capabilities",
+        lambda: {"model": f"a pretended {kind} CPU", "bfloat16_units": units, "flags": flags},
+    )
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the CPU rule chooses between TensorFlow's paths")
@@ -146,7 +171,16 @@ def test_a_training_run_takes_the_rule_for_the_cpu_it_runs_on(monkeypatch, kind,
     from keras_attnconv.training.recipe import load_recipe
 
     pretend_cpu(monkeypatch, kind)
-    config = load_recipe("quick", dataset=small_npz, epochs=1, steps_per_epoch=1, batch_size=20, verbose=0,
-                         export_dir=None, run_dir=str(tmp_path / "run"), precision="mixed_bfloat16")
+    config = load_recipe(
+        "quick",
+        dataset=small_npz,
+        epochs=1,
+        steps_per_epoch=1,
+        batch_size=20,
+        verbose=0,
+        export_dir=None,
+        run_dir=str(tmp_path / "run"),
+        precision="mixed_bfloat16",
+    )
     metrics = train(config)  # quadratic_tiny, a small model: XLA even where bfloat16 units would take the graph
     assert (metrics["jit_compile"], metrics["step_path"]) == (True, "XLA")

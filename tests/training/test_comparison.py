@@ -14,8 +14,10 @@ MODELS = ("quadratic_span_tiny", "absolute_sinusoid_tiny")
 @pytest.fixture
 def recipe(small_npz, tmp_path):
     path = tmp_path / "tiny.toml"
-    path.write_text(f'dataset = "{small_npz}"\nepochs = 1\nbatch_size = 40\njit_compile = false\nverbose = 0\n'
-                    'seed = 3\nmodel_overrides = {num_layers = 1, hidden_dim = 8, intermediate_dim = 8}\n')
+    path.write_text(
+        f'dataset = "{small_npz}"\nepochs = 1\nbatch_size = 40\njit_compile = false\nverbose = 0\n'
+        "seed = 3\nmodel_overrides = {num_layers = 1, hidden_dim = 8, intermediate_dim = 8}\n"
+    )
     return path
 
 
@@ -49,19 +51,27 @@ def test_a_comparison_run_again_takes_the_finished_runs_and_trains_the_rest(reci
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f"compare-{m}" for m in MODELS)
 
 
-@pytest.mark.parametrize("models, message", [
-    ((), "models=()"), ([""], "models=\\[''\\]"), ("quadratic_tiny", "models='quadratic_tiny'"),
-])
+@pytest.mark.parametrize(
+    "models, message",
+    [
+        ((), "models=()"),
+        ([""], "models=\\[''\\]"),
+        ("quadratic_tiny", "models='quadratic_tiny'"),
+    ],
+)
 def test_no_model_to_compare_is_an_error(recipe, tmp_path, models, message):
     with pytest.raises(ValueError, match=f"must name at least one model. Received: {message}"):
         compare_models(recipe, models=models, output=tmp_path / "c.json", runs_dir=str(tmp_path / "runs"))
     assert list(tmp_path.iterdir()) == [recipe]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"output": "file/c.json"}, "is a file, not a directory"),
-    ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"output": "file/c.json"}, "is a file, not a directory"),
+        ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
+    ],
+)
 def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, bad, message, monkeypatch):
     from keras_attnconv.training import fit
 
@@ -76,9 +86,8 @@ def test_everything_is_checked_before_the_first_model_trains(recipe, tmp_path, b
 def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypatch):
     """The checks before training load each split once and compute the statistics once, not once per model, and
     still check every model."""
-    from keras_attnconv.training import data
     from keras_attnconv import models
-    from keras_attnconv.training import fit
+    from keras_attnconv.training import data, fit
 
     class Checked(Exception):
         pass
@@ -113,12 +122,26 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
     from keras_attnconv.training.comparison import markdown_table
 
     def row(model, accuracy, speed):
-        return {"model": model, "description": model, "trainable_parameters": 1000, "eval_accuracy": accuracy,
-                "best_val_accuracy": accuracy, "train_images_per_second": speed, "wall_seconds": 60}
+        return {
+            "model": model,
+            "description": model,
+            "trainable_parameters": 1000,
+            "eval_accuracy": accuracy,
+            "best_val_accuracy": accuracy,
+            "train_images_per_second": speed,
+            "wall_seconds": 60,
+        }
 
-    results = {"recipe": "r.toml", "dataset": "d", "epochs": 1, "precision": "float32", "seed": 0,
-               "eval_split": "validation", "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
-               "rows": [row("a_tiny", 0.25, 200), row("a_local_tiny", 0.3, 100), row("b_local_tiny", 0.2, 50)]}
+    results = {
+        "recipe": "r.toml",
+        "dataset": "d",
+        "epochs": 1,
+        "precision": "float32",
+        "seed": 0,
+        "eval_split": "validation",
+        "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
+        "rows": [row("a_tiny", 0.25, 200), row("a_local_tiny", 0.3, 100), row("b_local_tiny", 0.2, 50)],
+    }
     table = markdown_table(results)
     assert "| `a_local_tiny` | 30.0% | 100 | `a_tiny` | 25.0% | 200 |" in table
     assert "`b_local_tiny` | 20.0% | 50 | `" not in table  # no twin ran: no pair
@@ -136,25 +159,44 @@ compare_models({recipe!r}, models={models!r}, output={output!r}, runs_dir={runs!
 
 def test_a_run_killed_before_its_metrics_keeps_its_images_per_second_and_the_comparison_completes(recipe, tmp_path):
     runs, models = str(tmp_path / "runs"), list(MODELS[:1])
-    run_until_killed(KILLED_COMPARISON.format(recipe=str(recipe), models=models, output=str(tmp_path / "c.json"),
-                                              runs=runs))
+    run_until_killed(
+        KILLED_COMPARISON.format(recipe=str(recipe), models=models, output=str(tmp_path / "c.json"), runs=runs)
+    )
     run = RunDirectory(tmp_path / "runs" / f"compare-{models[0]}")
     assert run.has_completed_epoch() and not run.is_finished()
     results = compare_models(recipe, models=models, output=tmp_path / "c.json", runs_dir=runs)
     (row,) = results["rows"]
     assert row["train_images_per_second"] > 0  # measured by the killed process, resumed after its last epoch
-    assert json.loads((run.path / "metrics.json").read_text())["train_images_per_second"] == \
-        row["train_images_per_second"]
+    assert (
+        json.loads((run.path / "metrics.json").read_text())["train_images_per_second"] == row["train_images_per_second"]
+    )
 
 
 def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
     from keras_attnconv.training.comparison import markdown_table
 
-    rows = [{"model": name, "description": name, "trainable_parameters": 1000, "eval_accuracy": 0.25,
-             "best_val_accuracy": None, "train_images_per_second": None, "wall_seconds": 60}
-            for name in ("a_tiny", "a_local_tiny")]
-    results = {"recipe": "r.toml", "dataset": "d", "epochs": 1, "precision": "float32", "seed": 0,
-               "eval_split": "validation", "machine": {"cpus": 2, "keras": "3", "backend": "jax"}, "rows": rows}
+    rows = [
+        {
+            "model": name,
+            "description": name,
+            "trainable_parameters": 1000,
+            "eval_accuracy": 0.25,
+            "best_val_accuracy": None,
+            "train_images_per_second": None,
+            "wall_seconds": 60,
+        }
+        for name in ("a_tiny", "a_local_tiny")
+    ]
+    results = {
+        "recipe": "r.toml",
+        "dataset": "d",
+        "epochs": 1,
+        "precision": "float32",
+        "seed": 0,
+        "eval_split": "validation",
+        "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
+        "rows": rows,
+    }
     table = markdown_table(results)
     assert "| `a_tiny` | a_tiny | 1k | 25.0% | - | - | 1.0 min |" in table
     assert "| `a_local_tiny` | 25.0% | - | `a_tiny` | 25.0% | - |" in table
@@ -163,8 +205,22 @@ def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
 def test_an_output_named_for_either_format_writes_both_files(recipe, tmp_path, capsys):
     from keras_attnconv import cli
 
-    assert cli.main(["compare", "--recipe", str(recipe), "--models", MODELS[0], "--runs-dir", str(tmp_path / "runs"),
-                     "--output", str(tmp_path / "res.md")]) == 0
+    assert (
+        cli.main(
+            [
+                "compare",
+                "--recipe",
+                str(recipe),
+                "--models",
+                MODELS[0],
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--output",
+                str(tmp_path / "res.md"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"wrote {tmp_path / 'res.json'} and {tmp_path / 'res.md'}" in out
     assert f"drew {tmp_path / 'res.png'} and {tmp_path / 'res.svg'}" in out  # the table as a chart, beside it

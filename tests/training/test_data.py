@@ -49,8 +49,13 @@ def test_augmentation_is_a_padded_crop_with_optional_flip(tmp_path):
     padded = np.pad(image[0], ((4, 4), (4, 4), (0, 0)), constant_values=0)
     seen_flip = seen_shift = False
     for sample in augmented:
-        matches = [(dy, dx, flip) for dy in range(9) for dx in range(9) for flip in (False, True)
-                   if np.allclose((padded[:, ::-1] if flip else padded)[dy:dy + 32, dx:dx + 32], sample, atol=1e-5)]
+        matches = [
+            (dy, dx, flip)
+            for dy in range(9)
+            for dx in range(9)
+            for flip in (False, True)
+            if np.allclose((padded[:, ::-1] if flip else padded)[dy : dy + 32, dx : dx + 32], sample, atol=1e-5)
+        ]
         assert matches, "an augmented image must be a 32x32 crop of the padded (and maybe flipped) image"
         seen_flip |= any(flip for _, _, flip in matches)
         seen_shift |= any((dy, dx) != (4, 4) for dy, dx, _ in matches)
@@ -60,8 +65,13 @@ def test_augmentation_is_a_padded_crop_with_optional_flip(tmp_path):
 def test_local_npz_with_splits(tmp_path):
     path = tmp_path / "mine.npz"
     rng = np.random.default_rng(1)
-    np.savez(path, x_train=rng.integers(0, 255, (10, 8, 8, 3), dtype=np.uint8), y_train=np.arange(10) % 3,
-             x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), y_test=np.arange(4) % 3)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 255, (10, 8, 8, 3), dtype=np.uint8),
+        y_train=np.arange(10) % 3,
+        x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8),
+        y_test=np.arange(4) % 3,
+    )
     images, labels = first_batch(data.load_dataset(str(path), "test", batch_size=4))
     assert images.shape == (4, 8, 8, 3) and labels.tolist() == [0, 1, 2, 0]
     assert data.dataset_info(str(path)).num_classes == 3
@@ -102,21 +112,28 @@ def npz(tmp_path, name="data.npz", **arrays):
 IMAGES = np.zeros((6, 8, 8, 3), np.uint8)
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({"x": IMAGES, "y": np.array([0, 1, 2, 0, 1, 5]), "class_names": np.array(["a", "b", "c"])},
-     r"must lie in \[0, 3\).*max 5"),
-    ({"x": IMAGES, "y": np.array([0, 1, -1, 0, 1, 1])}, "class numbers >= 0.*min -1"),
-    ({"x": IMAGES, "y": np.array([0, 1.5, 2, 0, 1, 1])}, "float labels would be truncated"),
-    ({"x": IMAGES, "y": np.array(["a"] * 6)}, "one integer per image"),
-    ({"x": IMAGES}, "no labels 'y'"),
-    ({"y": np.zeros(6, int)}, "holds no images"),
-    ({"x": IMAGES[:0], "y": np.zeros(0, int), "class_names": np.array(["a", "b"])}, "holds no images"),
-    ({"x": IMAGES, "y": np.zeros(6, int)}, "at least 2 classes"),
-    # A 2-D class_names used to be read row by row, and the labels blamed for the count that came out.
-    ({"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([["a", "b"], ["c", "d"]])},
-     r"'class_names'.*1-D array of strings.*\(2, 2\)"),
-    ({"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([0, 1])}, "1-D array of strings"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        (
+            {"x": IMAGES, "y": np.array([0, 1, 2, 0, 1, 5]), "class_names": np.array(["a", "b", "c"])},
+            r"must lie in \[0, 3\).*max 5",
+        ),
+        ({"x": IMAGES, "y": np.array([0, 1, -1, 0, 1, 1])}, "class numbers >= 0.*min -1"),
+        ({"x": IMAGES, "y": np.array([0, 1.5, 2, 0, 1, 1])}, "float labels would be truncated"),
+        ({"x": IMAGES, "y": np.array(["a"] * 6)}, "one integer per image"),
+        ({"x": IMAGES}, "no labels 'y'"),
+        ({"y": np.zeros(6, int)}, "holds no images"),
+        ({"x": IMAGES[:0], "y": np.zeros(0, int), "class_names": np.array(["a", "b"])}, "holds no images"),
+        ({"x": IMAGES, "y": np.zeros(6, int)}, "at least 2 classes"),
+        # A 2-D class_names used to be read row by row, and the labels blamed for the count that came out.
+        (
+            {"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([["a", "b"], ["c", "d"]])},
+            r"'class_names'.*1-D array of strings.*\(2, 2\)",
+        ),
+        ({"x": IMAGES, "y": np.array([0, 1, 0, 1, 0, 1]), "class_names": np.array([0, 1])}, "1-D array of strings"),
+    ],
+)
 def test_bad_npz_labels_and_arrays_are_named(tmp_path, arrays, message):
     with pytest.raises(ValueError, match=message):
         data.load_arrays(npz(tmp_path, **arrays), "train")
@@ -135,8 +152,7 @@ def _huge_declared_shape(path):
     import zipfile
 
     header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False,
-                                                  "shape": (10**12, 32, 32, 3)})
+    np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (10**12, 32, 32, 3)})
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("x.npy", header.getvalue() + b"\0" * 64)
         labels = io.BytesIO()
@@ -152,24 +168,37 @@ def _truncated(path):
 FOUR_IMAGES = np.zeros((4, 8, 8, 3), np.uint8)
 BAD_FILES = {
     "1-D images": (lambda p: np.savez(p, x=np.zeros(12, np.uint8), y=np.arange(4) % 2), r"x uint8 \(12,\)"),
-    "5-D images": (lambda p: np.savez(p, x=np.zeros((4, 1, 8, 8, 3), np.uint8), y=np.arange(4) % 2),
-                   r"x uint8 \(4, 1, 8, 8, 3\)"),
-    "channels first": (lambda p: np.savez(p, x=np.zeros((4, 3, 8, 8), np.uint8), y=np.arange(4) % 2),
-                       r"channels first\?.*x uint8 \(4, 3, 8, 8\)"),
-    "not square": (lambda p: np.savez(p, x=np.zeros((4, 8, 6, 3), np.uint8), y=np.arange(4) % 2),
-                   r"square.*x uint8 \(4, 8, 6, 3\)"),
-    "object arrays": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, "a", 1, 2], dtype=object)),
-                      r"The array 'y' of .* cannot be read"),
+    "5-D images": (
+        lambda p: np.savez(p, x=np.zeros((4, 1, 8, 8, 3), np.uint8), y=np.arange(4) % 2),
+        r"x uint8 \(4, 1, 8, 8, 3\)",
+    ),
+    "channels first": (
+        lambda p: np.savez(p, x=np.zeros((4, 3, 8, 8), np.uint8), y=np.arange(4) % 2),
+        r"channels first\?.*x uint8 \(4, 3, 8, 8\)",
+    ),
+    "not square": (
+        lambda p: np.savez(p, x=np.zeros((4, 8, 6, 3), np.uint8), y=np.arange(4) % 2),
+        r"square.*x uint8 \(4, 8, 6, 3\)",
+    ),
+    "object arrays": (
+        lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, "a", 1, 2], dtype=object)),
+        r"The array 'y' of .* cannot be read",
+    ),
     "a text file": (lambda p: p.write_text("x,y\n1,2\n"), "is not a readable .npz archive"),
     "a truncated file": (_truncated, "cannot be read|is not a readable .npz archive"),
     "a huge declared shape": (_huge_declared_shape, r"The array 'x' of .* cannot be read"),
-    "uint64 labels beyond int64": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, 1, 2**63, 1], np.uint64)),
-                                   r"below 2147483648.*max 9223372036854775808"),
-    "float labels of 1e20": (lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0.0, 1.0, 1e20, 1.0])),
-                             r"below 2147483648.*max 1e\+20"),
+    "uint64 labels beyond int64": (
+        lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, 1, 2**63, 1], np.uint64)),
+        r"below 2147483648.*max 9223372036854775808",
+    ),
+    "float labels of 1e20": (
+        lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0.0, 1.0, 1e20, 1.0])),
+        r"below 2147483648.*max 1e\+20",
+    ),
     "a label equal to the number of classes": (
         lambda p: np.savez(p, x=FOUR_IMAGES, y=np.array([0, 1, 2, 3]), class_names=np.array(["a", "b", "c"])),
-        r"must lie in \[0, 3\).*max 3"),
+        r"must lie in \[0, 3\).*max 3",
+    ),
 }
 
 
@@ -211,7 +240,12 @@ def test_a_npz_without_training_images_has_no_statistics_to_normalise_with(tmp_p
 
 
 def test_every_split_has_the_size_of_the_training_images(tmp_path):
-    path = npz(tmp_path, x_train=IMAGES, y_train=np.arange(6) % 2, x_test=np.zeros((2, 16, 16, 3), np.uint8),
-               y_test=np.arange(2))
+    path = npz(
+        tmp_path,
+        x_train=IMAGES,
+        y_train=np.arange(6) % 2,
+        x_test=np.zeros((2, 16, 16, 3), np.uint8),
+        y_test=np.arange(2),
+    )
     with pytest.raises(ValueError, match=r"size of the dataset's training images \(8x8\).*x uint8 \(2, 16, 16, 3\)"):
         data.load_arrays(path, "test")

@@ -28,9 +28,28 @@ EPOCHS = 3
 
 def train_command(small_npz, run, *extra):
     """`attnconv train` of a tiny model: 3 epochs of 2 steps of a global batch of 20, no export."""
-    return ["train", "--model", "quadratic_tiny", "--model-overrides", TINY_MODEL, "--dataset", small_npz,
-            "--epochs", str(EPOCHS), "--steps-per-epoch", "2", "--batch-size", "20", "--verbose", "0",
-            "--run-dir", str(run), "--export-dir", "none", *extra]
+    return [
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        TINY_MODEL,
+        "--dataset",
+        small_npz,
+        "--epochs",
+        str(EPOCHS),
+        "--steps-per-epoch",
+        "2",
+        "--batch-size",
+        "20",
+        "--verbose",
+        "0",
+        "--run-dir",
+        str(run),
+        "--export-dir",
+        "none",
+        *extra,
+    ]
 
 
 def history(run):
@@ -67,29 +86,41 @@ def jax_env(base, devices=1):
 def one_device_run(small_npz, tmp_path_factory, jax_without_tensorflow):
     """The reference: the same command on one device, no strategy."""
     run = tmp_path_factory.mktemp("one_device") / "run"
-    result = subprocess.run([sys.executable, "-m", "keras_attnconv.cli", *train_command(small_npz, run)],
-                            capture_output=True, text=True, timeout=300, env=jax_env(jax_without_tensorflow))
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_attnconv.cli", *train_command(small_npz, run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=jax_env(jax_without_tensorflow),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run
 
 
-def test_two_devices_train_as_one_with_the_same_global_batch(small_npz, tmp_path, one_device_run,
-                                                             jax_without_tensorflow):
+def test_two_devices_train_as_one_with_the_same_global_batch(
+    small_npz, tmp_path, one_device_run, jax_without_tensorflow
+):
     script = textwrap.dedent(f"""
         import sys
         from keras_attnconv.cli import main
 
         # A global batch the 2 devices cannot share: refused, naming it, before anything is written.
-        assert main({train_command(small_npz, tmp_path / 'odd', '--batch-size', '15',
-                                   '--strategy', 'data_parallel')!r}) == 2
-        sys.exit(main({train_command(small_npz, tmp_path / 'run', '--strategy', 'data_parallel')!r}))
+        assert main({
+        train_command(small_npz, tmp_path / "odd", "--batch-size", "15", "--strategy", "data_parallel")!r
+    }) == 2
+        sys.exit(main({train_command(small_npz, tmp_path / "run", "--strategy", "data_parallel")!r}))
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env=jax_env(jax_without_tensorflow, devices=2))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=jax_env(jax_without_tensorflow, devices=2),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "divide evenly across the 2 replicas of the 'data_parallel' strategy" in result.stderr
     assert "Received: batch_size=15" in result.stderr and not (tmp_path / "odd").exists()
-    summary = json.loads(result.stdout[result.stdout.index("{\n"):])
+    summary = json.loads(result.stdout[result.stdout.index("{\n") :])
     assert summary["replicas"] == 2 and summary["optimizer_steps"] == EPOCHS * 2
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["replicas"] == 2
     assert json.loads((one_device_run / "metrics.json").read_text())["replicas"] == 1
@@ -126,12 +157,27 @@ def start_processes(command, env, count=2, script=None):
     port = free_port()
     processes = []
     for index in range(count):
-        argv = [*command, "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(count),
-                "--process-id", str(index)]
+        argv = [
+            *command,
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            str(count),
+            "--process-id",
+            str(index),
+        ]
         program = ["-c", script] if script else ["-m", "keras_attnconv.cli"]
         # A process group of its own: a process that is stopped takes whatever it started with it.
-        processes.append(subprocess.Popen([sys.executable, *program, *argv], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, *program, *argv],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
     return processes
 
 
@@ -142,8 +188,9 @@ def stop(processes):
         process.communicate()
 
 
-def test_two_processes_killed_and_restarted_finish_as_an_uninterrupted_run(small_npz, tmp_path, one_device_run,
-                                                                          jax_without_tensorflow):
+def test_two_processes_killed_and_restarted_finish_as_an_uninterrupted_run(
+    small_npz, tmp_path, one_device_run, jax_without_tensorflow
+):
     run = tmp_path / "run"
     command, env = train_command(small_npz, run, "--strategy", "data_parallel"), jax_env(jax_without_tensorflow)
     chief, worker = start_processes(command, env, script=KILL_THE_CHIEF)
@@ -163,14 +210,22 @@ def test_two_processes_killed_and_restarted_finish_as_an_uninterrupted_run(small
     for process, (out, err) in zip(restarted, outputs):
         assert process.returncode == 0, err[-3000:]
         assert f"from epoch 2/{EPOCHS}" in err  # both resumed from process 0's backup
-        assert json.loads(out[out.index("{\n"):])["replicas"] == 2
+        assert json.loads(out[out.index("{\n") :])["replicas"] == 2
     assert json.loads((run / "metrics.json").read_text())["replicas"] == 2
     assert_same_run(run, one_device_run)  # only process 0 wrote it: one row per epoch, the same figures
 
 
 def test_data_parallel_needs_the_jax_backend(small_npz, tmp_path):
-    config = TrainConfig(model="quadratic_tiny", dataset=small_npz, epochs=1, batch_size=20, verbose=0,
-                         export_dir=None, run_dir=str(tmp_path / "run"), strategy="data_parallel")
+    config = TrainConfig(
+        model="quadratic_tiny",
+        dataset=small_npz,
+        epochs=1,
+        batch_size=20,
+        verbose=0,
+        export_dir=None,
+        run_dir=str(tmp_path / "run"),
+        strategy="data_parallel",
+    )
     with pytest.raises(ValueError, match="Keras' distribution API on the JAX backend.*strategy='data_parallel'"):
         train(config)
     assert not (tmp_path / "run").exists()
@@ -179,8 +234,11 @@ def test_data_parallel_needs_the_jax_backend(small_npz, tmp_path):
 def test_the_last_evaluation_batch_must_divide_across_the_replicas():
     config = TrainConfig(batch_size=20, strategy="data_parallel")
     check_last_batch(config, 40 + 6, "test", replicas=2)  # a last batch of 6: 3 images a device
-    with pytest.raises(ValueError, match=r"last batch of 6, which does not divide across the 4 replicas.*"
-                                         r"Received: batch_size=20"):
+    with pytest.raises(
+        ValueError,
+        match=r"last batch of 6, which does not divide across the 4 replicas.*"
+        r"Received: batch_size=20",
+    ):
         check_last_batch(config, 46, "test", replicas=4)
 
 

@@ -13,12 +13,12 @@ import pytest
 from support import value_and_gradients
 
 import keras_attnconv
-from keras_attnconv.models.cifar import CIFAR100_MEAN, CIFAR100_STD
-from keras_attnconv.training.data import dataset_info, pixel_statistics
 from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS, QuadraticScore, RelativeMultiHeadAttention
+from keras_attnconv.models.cifar import CIFAR100_MEAN, CIFAR100_STD
 from keras_attnconv.optim import run_schedule
-from keras_attnconv.training.recipe import RECIPES_DIR, load_recipe
+from keras_attnconv.training.data import dataset_info, pixel_statistics
 from keras_attnconv.training.fit import run_optimizer
+from keras_attnconv.training.recipe import RECIPES_DIR, load_recipe
 
 RECIPES = RECIPES_DIR
 PAPER_RECIPES = ("quadratic", "learned", "learned_content", "learned_content_official", "gaussian", "resnet18")
@@ -47,10 +47,18 @@ def official_fan_in(path, config):
     """The fan-in the official PyTorch model's nn.Linear gives the weight at `path` (None: not a linear map)."""
     hidden, heads = config.hidden_dim, config.heads_per_layer[0]
     axis_dim = (config.position_embedding_dim or hidden) // 2  # one axis' table width: the head vectors' inputs
-    fan_ins = {"embedding/": 3 * config.downsampling**2, "query_": hidden, "key_": hidden,
-               "output_kernel": heads * hidden, "output_bias": heads * hidden, "head_vectors": axis_dim,
-               "attention_dense/": hidden, "intermediate_dense/": hidden, "output_dense/": config.intermediate_dim,
-               "logits/": hidden}
+    fan_ins = {
+        "embedding/": 3 * config.downsampling**2,
+        "query_": hidden,
+        "key_": hidden,
+        "output_kernel": heads * hidden,
+        "output_bias": heads * hidden,
+        "head_vectors": axis_dim,
+        "attention_dense/": hidden,
+        "intermediate_dense/": hidden,
+        "output_dense/": config.intermediate_dim,
+        "logits/": hidden,
+    }
     return next((fan_in for part, fan_in in fan_ins.items() if part in path), None)
 
 
@@ -68,8 +76,9 @@ def test_official_initialisation_has_the_official_models_distributions(recipe):
             if values.size >= 100:  # every kernel and bias but the logits' 10: spread over the whole range
                 assert np.abs(values).max() > 0.9 * bound, path
                 # A uniform's sample std has a relative standard error of sqrt(0.2 / n).
-                np.testing.assert_allclose(values.std(), bound / 3**0.5, rtol=4 * (0.2 / values.size) ** 0.5,
-                                           err_msg=path)
+                np.testing.assert_allclose(
+                    values.std(), bound / 3**0.5, rtol=4 * (0.2 / values.size) ** 0.5, err_msg=path
+                )
             kinds.add("linear")
         elif weight.name in ("row_embeddings", "col_embeddings"):  # nn.Embedding: N(0, 1)
             np.testing.assert_allclose(values.std(), 1.0, rtol=0.05, err_msg=path)
@@ -82,8 +91,10 @@ def test_official_initialisation_has_the_official_models_distributions(recipe):
             kinds.add(weight.name)
     if recipe == "quadratic":  # centers N(0, 2^2) per coordinate, spreads 1 + N(0, 0.01^2); 108 and 54 values
         assert kinds == {"linear", "layer norm", "centers", "spreads"}
-        centers, spreads = (np.concatenate([np.asarray(w).ravel() for w in model.trainable_weights if w.name == name])
-                            for name in ("centers", "spreads"))
+        centers, spreads = (
+            np.concatenate([np.asarray(w).ravel() for w in model.trainable_weights if w.name == name])
+            for name in ("centers", "spreads")
+        )
         assert 1.6 < centers.std() < 2.4 and abs(spreads.mean() - 1.0) < 0.005 and 0.006 < spreads.std() < 0.014
     else:
         assert kinds == {"linear", "layer norm", "tables"}
@@ -91,8 +102,14 @@ def test_official_initialisation_has_the_official_models_distributions(recipe):
 
 def test_paper_schedule_is_the_official_one_at_chosen_steps():
     config = load_recipe(RECIPES / "quadratic.toml")
-    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, CIFAR10_STEPS_PER_EPOCH,
-                            config.warmup_ratio, config.min_warmup_epochs)
+    schedule = run_schedule(
+        config.schedule,
+        config.learning_rate,
+        config.epochs,
+        CIFAR10_STEPS_PER_EPOCH,
+        config.warmup_ratio,
+        config.min_warmup_epochs,
+    )
     assert (schedule.total_steps, schedule.warmup_steps) == (150_300, 7_515)  # the minimum warm-up changes nothing
     steps = [0, 1, 499, 500, 999, 7_499, 7_500, 7_999, 8_000, 75_000, 149_999]
     rates = np.asarray([float(schedule(step)) for step in steps])
@@ -108,8 +125,14 @@ def test_a_shortened_paper_recipe_keeps_six_warm_up_epochs(recipe):
     # died at chance on an H200. The rule keeps 6 epochs (measured to train at 20 and 60 epochs).
     config = load_recipe(recipe, epochs=30)
     per_epoch = CIFAR10_STEPS_PER_EPOCH + 1  # the official schedule's epoch
-    schedule = run_schedule(config.schedule, config.learning_rate, config.epochs, CIFAR10_STEPS_PER_EPOCH,
-                            config.warmup_ratio, config.min_warmup_epochs)
+    schedule = run_schedule(
+        config.schedule,
+        config.learning_rate,
+        config.epochs,
+        CIFAR10_STEPS_PER_EPOCH,
+        config.warmup_ratio,
+        config.min_warmup_epochs,
+    )
     assert schedule.warmup_steps == 6 * per_epoch
     second_epoch = float(schedule(CIFAR10_STEPS_PER_EPOCH))
     assert second_epoch == pytest.approx(0.1 * CIFAR10_STEPS_PER_EPOCH / (6 * per_epoch))  # about 0.1 / 6, not / 1.5
@@ -153,11 +176,20 @@ def pytorch_sgd(weight, gradients, lr, momentum, weight_decay):
     return weight
 
 
-@pytest.mark.parametrize("name, overrides", [("quadratic_tiny", {"quadratic_width": "spread"}), ("quadratic_tiny", {}),
-                                             ("gaussian_tiny", {}), ("quadratic_span_tiny", {}), ("learned_tiny", {})])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("quadratic_tiny", {"quadratic_width": "spread"}),
+        ("quadratic_tiny", {}),
+        ("gaussian_tiny", {}),
+        ("quadratic_span_tiny", {}),
+        ("learned_tiny", {}),
+    ],
+)
 @pytest.mark.parametrize("decay_centers_and_spreads", [False, True])
-def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_spreads(name, overrides,
-                                                                                      decay_centers_and_spreads):
+def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_spreads(
+    name, overrides, decay_centers_and_spreads
+):
     config = load_recipe(RECIPES / "quadratic.toml", decay_centers_and_spreads=decay_centers_and_spreads)
     model = keras_attnconv.build_model(name, dtype="float32", **overrides)
     steps_per_epoch = 10
@@ -174,8 +206,9 @@ def test_a_step_with_zero_loss_gradient_only_decays_and_spares_the_centers_and_s
     exempt = [w.name in CENTER_AND_SPREAD_WEIGHTS and not decay_centers_and_spreads for w in weights]
     assert any(w.name in CENTER_AND_SPREAD_WEIGHTS for w in weights) == (name != "learned_tiny")
     for weight, old, spared in zip(weights, before, exempt):
-        expected = old if spared else pytorch_sgd(old, [np.zeros_like(old)] * 2, lr, config.momentum,
-                                                  config.weight_decay)
+        expected = (
+            old if spared else pytorch_sgd(old, [np.zeros_like(old)] * 2, lr, config.momentum, config.weight_decay)
+        )
         np.testing.assert_allclose(np.asarray(weight), expected, rtol=2e-7, atol=0, err_msg=weight.path)
         if not spared and np.any(old):
             assert not np.array_equal(np.asarray(weight), old), weight.path  # decayed by lr * wd * w, not rounded away
@@ -221,8 +254,13 @@ def test_the_spread_gives_the_same_attention_and_an_official_gradient_step_on_th
 
 def test_a_command_line_model_overrides_table_adds_to_the_recipes_unless_the_model_changes():
     assert load_recipe(RECIPES / "quadratic.toml", model_overrides={"num_layers": 1}).model_overrides == {
-        "initialization": "official", "quadratic_width": "spread", "num_layers": 1}
+        "initialization": "official",
+        "quadratic_width": "spread",
+        "num_layers": 1,
+    }
     # The recipe's table is its own model's: another model does not inherit it.
     assert load_recipe(RECIPES / "quadratic.toml", model="resnet18", model_overrides={}).model_overrides == {}
     assert load_recipe(RECIPES / "quadratic.toml", model="resnet18").model_overrides == {
-        "initialization": "official", "quadratic_width": "spread"}  # nothing given: the recipe's, refused later
+        "initialization": "official",
+        "quadratic_width": "spread",
+    }  # nothing given: the recipe's, refused later

@@ -53,8 +53,9 @@ def make_folder(root, counts, splits=("train", "test"), size=8, suffix=".png"):
 
 def expected_split(written, split, class_names):
     """(images, labels) of `split` as the folder spells them: classes sorted, files sorted in each class."""
-    paths = sorted((p for p in written if p.split(os.sep)[0] == split),
-                   key=lambda p: (class_names.index(p.split(os.sep)[1]), p))
+    paths = sorted(
+        (p for p in written if p.split(os.sep)[0] == split), key=lambda p: (class_names.index(p.split(os.sep)[1]), p)
+    )
     return np.stack([written[p] for p in paths]), np.array([class_names.index(p.split(os.sep)[1]) for p in paths])
 
 
@@ -119,8 +120,9 @@ def test_a_folder_without_splits_is_split_by_a_fixed_rule_disjoint_and_complete(
     (x_train, y_train), (x_test, y_test) = (data.load_arrays(name, split) for split in ("train", "test"))
     assert info.eval_split == "test" and info.class_names == ("a", "b", "c")
     assert np.bincount(y_test).tolist() == [2, 1, 1]  # 10% of each class, at least one
-    train, test = ({(int(label), image.tobytes()) for image, label in zip(x, y)}
-                   for x, y in ((x_train, y_train), (x_test, y_test)))
+    train, test = (
+        {(int(label), image.tobytes()) for image, label in zip(x, y)} for x, y in ((x_train, y_train), (x_test, y_test))
+    )
     assert not train & test and len(train) + len(test) == len(written)
     assert train | test == {("abc".index(p.split(os.sep)[0]), pixels.tobytes()) for p, pixels in written.items()}
     # The same split from scratch (no cache, another process), not one drawn at random.
@@ -187,9 +189,12 @@ def test_an_image_added_is_seen_by_the_same_process(tmp_path):
     assert len(images) == 5 and labels.tolist() == [0, 0, 1, 1, 1]
 
 
-DAMAGES = {"truncated": lambda path: path.write_bytes(path.read_bytes()[:200]),
-           "another content's": lambda path: np.savez(path, **{**np.load(path), "key": np.array("other"),
-                                                            "x_train": np.zeros((4, 8, 8, 3), np.uint8)})}
+DAMAGES = {
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:200]),
+    "another content's": lambda path: np.savez(
+        path, **{**np.load(path), "key": np.array("other"), "x_train": np.zeros((4, 8, 8, 3), np.uint8)}
+    ),
+}
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
@@ -224,8 +229,15 @@ def test_a_cache_directory_inside_the_folder_is_not_written(tmp_path, monkeypatc
 
 def test_what_is_not_an_image_is_skipped_and_counted_once(tmp_path, capsys):
     make_folder(tmp_path / "f", {"a": 2, "b": 2})
-    for junk in (".DS_Store", "README.md", "train/a/notes.txt", "train/a/.hidden.png", "test/b/image.gif",
-                 "train/.git/config", "train/b/labels.csv"):
+    for junk in (
+        ".DS_Store",
+        "README.md",
+        "train/a/notes.txt",
+        "train/a/.hidden.png",
+        "test/b/image.gif",
+        "train/.git/config",
+        "train/b/labels.csv",
+    ):
         (tmp_path / "f" / junk).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "f" / junk).write_text("not an image")
     data.dataset_info(str(tmp_path / "f"))
@@ -286,8 +298,9 @@ def _missing(root):
 def _other_size(root):
     make_folder(root, {"a": 2, "b": 2})
     write_image(root / "test" / "a" / "big.png", np.zeros((16, 16, 3), np.uint8))
-    return ValueError, (f"{quoted(root / 'test' / 'a' / 'big.png')} is 16x16 .* training images are 8x8 .*"
-                        "resize them beforehand")
+    return ValueError, (
+        f"{quoted(root / 'test' / 'a' / 'big.png')} is 16x16 .* training images are 8x8 .*resize them beforehand"
+    )
 
 
 def _not_square(root):
@@ -301,11 +314,17 @@ def _one_class(root):
     return ValueError, "needs at least 2 class folders"
 
 
-ERRORS = {"an empty class folder": _empty_class, "a class in one split only": _class_in_one_split,
-          "a corrupt image": _corrupt_image, "a truncated JPEG": _truncated_jpeg,
-          "no class folders": _no_class_folders, "a folder that does not exist": _missing,
-          "an image of another size": _other_size, "images that are not square": _not_square,
-          "a single class": _one_class}
+ERRORS = {
+    "an empty class folder": _empty_class,
+    "a class in one split only": _class_in_one_split,
+    "a corrupt image": _corrupt_image,
+    "a truncated JPEG": _truncated_jpeg,
+    "no class folders": _no_class_folders,
+    "a folder that does not exist": _missing,
+    "an image of another size": _other_size,
+    "images that are not square": _not_square,
+    "a single class": _one_class,
+}
 
 
 @pytest.mark.parametrize("error", ERRORS)
@@ -333,9 +352,18 @@ def test_a_run_on_a_folder_is_planned_with_its_classes_and_statistics(tmp_path):
     from keras_attnconv.training.recipe import TrainConfig
 
     make_folder(tmp_path / "f", {"cat": 12, "dog": 12}, splits=None)
-    config = TrainConfig(name="folder", model="quadratic_tiny", dataset=str(tmp_path / "f"), epochs=1, batch_size=8,
-                         model_overrides={"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16},
-                         run_dir=str(tmp_path / "run"), export_dir=None, verbose=0, jit_compile=False)
+    config = TrainConfig(
+        name="folder",
+        model="quadratic_tiny",
+        dataset=str(tmp_path / "f"),
+        epochs=1,
+        batch_size=8,
+        model_overrides={"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16},
+        run_dir=str(tmp_path / "run"),
+        export_dir=None,
+        verbose=0,
+        jit_compile=False,
+    )
     plan = check_run(config)
     info = data.dataset_info(str(tmp_path / "f"))
     assert plan.eval_split == "test" and plan.steps_per_epoch == 22 // 8
@@ -350,14 +378,19 @@ def test_a_folder_loads_on_jax_without_tensorflow(tmp_path, jax_without_tensorfl
         import json, sys
         from keras_attnconv.training import data, image_folder
         image_folder.PARALLEL_FROM = 1  # the decoding pool too
-        info = data.dataset_info({str(tmp_path / 'f')!r})
-        images, labels = data.load_arrays({str(tmp_path / 'f')!r}, "train")
+        info = data.dataset_info({str(tmp_path / "f")!r})
+        images, labels = data.load_arrays({str(tmp_path / "f")!r}, "train")
         print(json.dumps({{"classes": info.class_names, "shape": images.shape, "labels": labels.tolist(),
                           "tensorflow": "tensorflow" in sys.modules}}))
     """
     env = {**jax_without_tensorflow, "KERAS_ATTNCONV_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
-                            timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300, env=env
+    )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.splitlines()[-1]) == {"classes": ["a", "b"], "shape": [6, 8, 8, 3],
-                                                         "labels": [0, 0, 0, 1, 1, 1], "tensorflow": False}
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "classes": ["a", "b"],
+        "shape": [6, 8, 8, 3],
+        "labels": [0, 0, 0, 1, 1, 1],
+        "tensorflow": False,
+    }

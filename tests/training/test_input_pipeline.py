@@ -7,6 +7,7 @@ import pytest
 from keras_attnconv.training import data
 from keras_attnconv.training.input_pipeline import ArrayBatches, augment_batch
 
+
 def batches(images, labels, **overrides):
     args = {"batch_size": 8, "augment": True, "shuffle": True, "seed": 3, "drop_remainder": True}
     return ArrayBatches(images, labels, **{**args, **overrides})
@@ -60,7 +61,7 @@ def crops_and_flips(augmented, image=IMAGE):
     candidates = {}
     for top in range(9):
         for left in range(9):
-            crop = padded[top:top + 6, left:left + 6]
+            crop = padded[top : top + 6, left : left + 6]
             candidates[crop.tobytes()] = (top, left, False)
             candidates[crop[:, ::-1].tobytes()] = (top, left, True)
     found = [candidates.get(np.ascontiguousarray(a).tobytes()) for a in augmented]

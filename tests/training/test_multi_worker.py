@@ -30,16 +30,37 @@ def free_ports(count):
 
 def start_workers(small_npz, run, exports, ports, epochs):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-    command = [sys.executable, "-m", "keras_attnconv.cli", "train", "--model", "quadratic_tiny",
-               "--model-overrides", SMALL_MODEL, "--dataset", small_npz, "--epochs", str(epochs),
-               "--batch-size", "20", "--strategy", "multi_worker", "--jit-compile", "false", "--verbose", "0",
-               "--run-dir", str(run), "--export-dir", str(exports)]
+    command = [
+        sys.executable,
+        "-m",
+        "keras_attnconv.cli",
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        SMALL_MODEL,
+        "--dataset",
+        small_npz,
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "20",
+        "--strategy",
+        "multi_worker",
+        "--jit-compile",
+        "false",
+        "--verbose",
+        "0",
+        "--run-dir",
+        str(run),
+        "--export-dir",
+        str(exports),
+    ]
     workers = []
     for index in range(len(ports)):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         env = {**os.environ, "TF_CONFIG": tf_config, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True))
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return workers
 
 

@@ -12,9 +12,11 @@ def test_quick_numerics_suite_checks_every_precision(tmp_path):
     assert [row["precision"] for row in results["training"]] == precisions
     assert results["training"][0]["points_from_float32"] == 0.0
     assert {(row["precision"], row["path"]) for row in results["far_centers"]} == {
-        (precision, path) for precision in precisions for path in ("separable", "position")}
+        (precision, path) for precision in precisions for path in ("separable", "position")
+    }
     assert [(row["tokens"], row["precision"]) for row in results["large_grids"]] == [
-        (f"{size}x{size}", precision) for size in numerics.NUMERICS_QUICK["sizes"] for precision in precisions]
+        (f"{size}x{size}", precision) for size in numerics.NUMERICS_QUICK["sizes"] for precision in precisions
+    ]
     assert results["ok"] and all(row["ok"] for row in results["large_grids"] + results["far_centers"])
     assert "All checks passed: True." in (tmp_path / "numerics.md").read_text()
 
@@ -22,9 +24,20 @@ def test_quick_numerics_suite_checks_every_precision(tmp_path):
 def test_a_failed_numerics_check_fails_the_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(numerics, "training_agreement", lambda **_: [])
     monkeypatch.setattr(numerics, "far_centers", lambda **_: [])
-    monkeypatch.setattr(numerics, "large_grids", lambda **_: [{
-        "tokens": "64x64", "batch": 8, "precision": "mixed_bfloat16", "relative_difference": 0.5,
-        "tolerance": 0.03, "ok": False}])
+    monkeypatch.setattr(
+        numerics,
+        "large_grids",
+        lambda **_: [
+            {
+                "tokens": "64x64",
+                "batch": 8,
+                "precision": "mixed_bfloat16",
+                "relative_difference": 0.5,
+                "tolerance": 0.03,
+                "ok": False,
+            }
+        ],
+    )
     output = tmp_path / "numerics.json"
     assert cli.main(["bench", "--suite", "numerics", "--quick", "--output", str(output)]) == 2
     assert f"a numerics check failed: see {output}" in capsys.readouterr().err
@@ -43,5 +56,7 @@ def test_a_non_finite_figure_is_written_as_its_name_and_fails_the_check(tmp_path
     assert results["ok"] is False
     rows = json.loads(output.read_text())["far_centers"]
     assert [(row["path"], row["loss"], row["ok"]) for row in rows] == [
-        ("separable", "nan", False), ("position", "nan", False)]
+        ("separable", "nan", False),
+        ("position", "nan", False),
+    ]
     assert "| float32 | separable | nan | False |" in (tmp_path / "numerics.md").read_text()

@@ -23,8 +23,11 @@ def test_a_recipe_by_name_is_the_recipe_of_its_file(name):
 
 
 def test_an_unknown_recipe_name_suggests_the_closest_and_lists_them():
-    with pytest.raises(FileNotFoundError, match=r"No recipe named 'quadratc'\. Did you mean 'quadratic'.*quick.*"
-                                                r"Received: recipe='quadratc'"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"No recipe named 'quadratc'\. Did you mean 'quadratic'.*quick.*"
+        r"Received: recipe='quadratc'",
+    ):
         load_recipe("quadratc")
 
 
@@ -64,7 +67,7 @@ def test_attnconv_recipes_lists_each_recipe_with_its_paper_row(capsys):
 
 def test_models_md_lists_every_recipe_under_the_family_of_the_configuration_it_trains():
     text = (Path(__file__).parents[2] / "docs" / "models.md").read_text()
-    section = text[text.index("## Recipes by family"):text.index("## The zoo")]
+    section = text[text.index("## Recipes by family") : text.index("## The zoo")]
     listed = {}
     for family, table in re.findall(r"^`(\w+)` \(`keras_attnconv/models/\w+/`\):\n\n(.*?)\n\n", section, re.S | re.M):
         for recipe, model in re.findall(r"^\| `(\w+)` \| `(\w+)` \|$", table, re.M):

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.fit import train
+from keras_attnconv.training.recipe import TrainConfig
 
 #: Where the killed process dies, at the end of its second epoch: after each epoch-end step that writes.
 KILLS = {
@@ -57,9 +57,19 @@ train(TrainConfig(**{config!r}))
 
 def config(small_npz, run_dir):
     # A quadratic model records centers; dropout makes the resumed random streams matter.
-    return {"name": "small", "model": "quadratic_tiny", "model_overrides": {"num_layers": 1, "hidden_dim": 16,
-            "intermediate_dim": 16, "dropout": 0.3}, "dataset": small_npz, "epochs": 3, "steps_per_epoch": 3,
-            "batch_size": 20, "run_dir": str(run_dir), "verbose": 0, "jit_compile": False, "export_dir": None}
+    return {
+        "name": "small",
+        "model": "quadratic_tiny",
+        "model_overrides": {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16, "dropout": 0.3},
+        "dataset": small_npz,
+        "epochs": 3,
+        "steps_per_epoch": 3,
+        "batch_size": 20,
+        "run_dir": str(run_dir),
+        "verbose": 0,
+        "jit_compile": False,
+        "export_dir": None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +86,28 @@ def record(run):
     with np.load(run / "centers_history.npz") as centers:
         centers = {name: centers[name] for name in centers.files}
     preset_metrics = json.loads((run / "preset" / "metadata.json").read_text())["metrics"]
-    return {"history.csv": (run / "history.csv").read_text(), "history": metrics["history"],
-            "steps": metrics["optimizer_steps"],
-            "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
-            "best weights": best.get_weights(), "centers": centers, "preset metrics": preset_metrics}
+    return {
+        "history.csv": (run / "history.csv").read_text(),
+        "history": metrics["history"],
+        "steps": metrics["optimizer_steps"],
+        "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
+        "best weights": best.get_weights(),
+        "centers": centers,
+        "preset metrics": preset_metrics,
+    }
 
 
 @pytest.mark.parametrize("kill", KILLS)
 def test_a_kill_at_the_end_of_an_epoch_loses_nothing(kill, small_npz, uninterrupted, tmp_path):
     run = tmp_path / "run"
     script = textwrap.dedent(KILLER).format(kill=KILLS[kill], config=config(small_npz, run))
-    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    killed = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert not (run / "metrics.json").exists()
     keras.utils.set_random_seed(999)  # the rerun is another process: nothing global carries over
@@ -136,17 +156,44 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(small_npz, uninterrupted,
-                                                                                    small_disk):
+def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(
+    small_npz, uninterrupted, small_disk
+):
     run = small_disk / "run"
     values = config(small_npz, run)
-    args = ["train", "--name", values["name"], "--model", values["model"], "--model-overrides",
-            "{num_layers = 1, hidden_dim = 16, intermediate_dim = 16, dropout = 0.3}", "--dataset", small_npz,
-            "--epochs", "3", "--steps-per-epoch", "3", "--batch-size", "20", "--run-dir", str(run), "--verbose", "0",
-            "--jit-compile", "false", "--export-dir", "none"]
+    args = [
+        "train",
+        "--name",
+        values["name"],
+        "--model",
+        values["model"],
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 16, intermediate_dim = 16, dropout = 0.3}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "3",
+        "--steps-per-epoch",
+        "3",
+        "--batch-size",
+        "20",
+        "--run-dir",
+        str(run),
+        "--verbose",
+        "0",
+        "--jit-compile",
+        "false",
+        "--export-dir",
+        "none",
+    ]
     script = textwrap.dedent(FILL_THE_DISK).format(filler=str(small_disk / "filler"), args=args)
-    full = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    full = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert full.returncode == 2, full.stderr[-2000:]  # an error, not a crash of HDF5 (exit 139)
     message = full.stderr.strip().splitlines()[-1]  # (TensorFlow's start-up lines come before: imported early here)
     assert message.startswith("attnconv train: error: [Errno 28] No space left") and f"run_dir='{run}'" in message

@@ -15,25 +15,50 @@ from support import run_until_killed, snapshot
 
 from keras_attnconv import build_model, cli, save_to_preset
 from keras_attnconv.export.root import ExportRoot
-from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError, mark_of, write_mark
-from keras_attnconv.training.run_directory import RunDirectory
-from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.fit import train
+from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError, mark_of, write_mark
 
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8}
 
 
 def small_config(small_npz, run_dir=None, **overrides):
-    values = {"name": "small", "model": "quadratic_tiny", "model_overrides": SMALL_MODEL, "dataset": small_npz,
-              "epochs": 1, "batch_size": 40, "run_dir": run_dir and str(run_dir), "verbose": 0,
-              "jit_compile": False, "export_dir": None}
+    values = {
+        "name": "small",
+        "model": "quadratic_tiny",
+        "model_overrides": SMALL_MODEL,
+        "dataset": small_npz,
+        "epochs": 1,
+        "batch_size": 40,
+        "run_dir": run_dir and str(run_dir),
+        "verbose": 0,
+        "jit_compile": False,
+        "export_dir": None,
+    }
     return TrainConfig(**{**values, **overrides})
 
 
 def train_command(small_npz, run_dir):
-    return ["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 8, "
-            "intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1", "--batch-size", "40", "--jit-compile",
-            "false", "--export-dir", "none", "--run-dir", str(run_dir)]
+    return [
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "40",
+        "--jit-compile",
+        "false",
+        "--export-dir",
+        "none",
+        "--run-dir",
+        str(run_dir),
+    ]
 
 
 def users_folder(path):
@@ -68,15 +93,19 @@ def some_of_a_runs_files(path):
     return path
 
 
-@pytest.mark.parametrize("make, holds", [
-    (users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
-    (a_preset, "holds a preset directory"),
-    (an_export_root, "holds an export root"),
-    (a_symlink_to_a_users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
-    (some_of_a_runs_files, r"files without keras_attnconv's mark \(config.json, history.csv\)"),
-])
-def test_what_is_not_a_run_of_the_package_is_refused_by_name_and_left_as_it_is(small_npz, tmp_path, capsys, make,
-                                                                                holds):
+@pytest.mark.parametrize(
+    "make, holds",
+    [
+        (users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
+        (a_preset, "holds a preset directory"),
+        (an_export_root, "holds an export root"),
+        (a_symlink_to_a_users_folder, r"files without keras_attnconv's mark \(config.json, logs\)"),
+        (some_of_a_runs_files, r"files without keras_attnconv's mark \(config.json, history.csv\)"),
+    ],
+)
+def test_what_is_not_a_run_of_the_package_is_refused_by_name_and_left_as_it_is(
+    small_npz, tmp_path, capsys, make, holds
+):
     path = make(tmp_path / "proj")
     before, around = snapshot(path), snapshot(tmp_path)
     assert cli.main(train_command(small_npz, path)) == 2
@@ -144,19 +173,25 @@ def records_without_a_config_beside_a_copied_run_mark(path):
 
 def a_copy_of_another_unfinished_run(path):
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({**vars(small_config("small.npz", path.with_name("elsewhere"))),
-                                                  "epochs": 9}))
+    (path / "config.json").write_text(
+        json.dumps({**vars(small_config("small.npz", path.with_name("elsewhere"))), "epochs": 9})
+    )
     (path / "logs").mkdir()
     (path / "logs" / "important.log").write_text("keep")
     return a_copied_run_mark(path)
 
 
-@pytest.mark.parametrize("make, says", [
-    (a_users_folder_with_a_copied_run_mark, "config.json names run_dir=None, not this folder"),
-    (records_without_a_config_beside_a_copied_run_mark, "holds history.csv, logs beside a run's mark but no "
-                                                        "config.json"),
-    (a_copy_of_another_unfinished_run, "config.json names run_dir='{elsewhere}', not this folder"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (a_users_folder_with_a_copied_run_mark, "config.json names run_dir=None, not this folder"),
+        (
+            records_without_a_config_beside_a_copied_run_mark,
+            "holds history.csv, logs beside a run's mark but no config.json",
+        ),
+        (a_copy_of_another_unfinished_run, "config.json names run_dir='{elsewhere}', not this folder"),
+    ],
+)
 def test_a_mark_alone_licenses_no_change_to_what_is_beside_it(small_npz, tmp_path, capsys, make, says):
     # A run removes (starting anew) or rewrites only the records its own config.json says are this folder's;
     # where the folder and the run's records disagree, the command is refused by name and nothing changes.
@@ -215,14 +250,18 @@ def temporaries(path):
     return sorted(entry.name for entry in Path(path).iterdir() if ".tmp-" in entry.name)
 
 
-@pytest.mark.parametrize("kill", [
-    "die_after(run_directory, 'write_mark')",  # marked, nothing else written
-    "die_after(run_directory.RunDirectory, 'write_config')",  # its config written, no epoch
-    "die_before(run_directory.RunDirectory, 'write_metrics')",  # trained and preset, not finished
-    DIE_BEFORE_RENAMING.format(name="metrics.json"),  # finished but for the rename: its temporary left
-])
-def test_a_kill_at_any_step_of_a_runs_creation_or_completion_is_carried_on_by_the_same_command(small_npz, tmp_path,
-                                                                                                kill):
+@pytest.mark.parametrize(
+    "kill",
+    [
+        "die_after(run_directory, 'write_mark')",  # marked, nothing else written
+        "die_after(run_directory.RunDirectory, 'write_config')",  # its config written, no epoch
+        "die_before(run_directory.RunDirectory, 'write_metrics')",  # trained and preset, not finished
+        DIE_BEFORE_RENAMING.format(name="metrics.json"),  # finished but for the rename: its temporary left
+    ],
+)
+def test_a_kill_at_any_step_of_a_runs_creation_or_completion_is_carried_on_by_the_same_command(
+    small_npz, tmp_path, kill
+):
     config = small_config(small_npz, tmp_path / "run")
     run_until_killed(KILLED_RUN.format(kill=kill, config=vars(config)))
     run = RunDirectory(tmp_path / "run")
@@ -239,8 +278,10 @@ def test_the_temporaries_of_killed_writers_are_removed_by_the_next_write_and_not
     # writer's temporary, a user's look-alike and a name without the random part stay.
     run = RunDirectory(tmp_path / "run")
     run.claim()
-    run_until_killed(DIE_BEFORE_RENAMING.format(name="export.json") + "from keras_attnconv.training import "
-                     f"RunDirectory\nRunDirectory({str(run.path)!r}).record_export('saved_models/quadratic_tiny/1')")
+    run_until_killed(
+        DIE_BEFORE_RENAMING.format(name="export.json") + "from keras_attnconv.training import "
+        f"RunDirectory\nRunDirectory({str(run.path)!r}).record_export('saved_models/quadratic_tiny/1')"
+    )
     killed = temporaries(run.path)
     assert len(killed) == 1 and re.fullmatch(r"\.export\.json\.tmp-[0-9a-f]{8}-.+-\d+\.json", killed[0])
     live = f".export.json.tmp-0a1b2c3d-{socket.gethostname()}-{os.getpid()}.json"
@@ -257,7 +298,7 @@ def test_none_on_the_command_line_means_none(small_npz, tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     assert cli.main([*train_command(small_npz, tmp_path / "run"), "--seed", "None"]) == 0
     out = capsys.readouterr().out
-    summary = json.loads(out[out.index("{\n"):])  # after the epoch lines
+    summary = json.loads(out[out.index("{\n") :])  # after the epoch lines
     assert summary["export"] is None and not (tmp_path / "saved_models").exists()
     assert json.loads(RunDirectory(tmp_path / "run").config_file.read_text())["seed"] is None
 
@@ -274,14 +315,23 @@ def test_none_in_a_recipe_and_in_python_means_none(tmp_path):
 
 
 #: The run directory's own names, which only its owner spells.
-RUN_LAYOUT = (RunDirectory.METRICS, RunDirectory.HISTORY, RunDirectory.CENTERS, RunDirectory.EXPORT_RECORD,
-              "best.keras", "best.json")
+RUN_LAYOUT = (
+    RunDirectory.METRICS,
+    RunDirectory.HISTORY,
+    RunDirectory.CENTERS,
+    RunDirectory.EXPORT_RECORD,
+    "best.keras",
+    "best.json",
+)
 
 
-@pytest.mark.parametrize("owner, names", [
-    ("training/run_directory.py", RUN_LAYOUT),
-    ("export/root.py", ("models.config", "saved_models", "onnx_models", "litert_models")),
-])
+@pytest.mark.parametrize(
+    "owner, names",
+    [
+        ("training/run_directory.py", RUN_LAYOUT),
+        ("export/root.py", ("models.config", "saved_models", "onnx_models", "litert_models")),
+    ],
+)
 def test_each_layout_is_spelled_by_its_owner_alone(owner, names):
     package = Path(__file__).parents[2] / "keras_attnconv"
     spelled = {}
@@ -306,11 +356,13 @@ def test_a_read_only_folder_is_refused_before_any_work(small_npz, tmp_path, monk
         run.chmod(0o755)
 
 
-
-@pytest.mark.parametrize("content, holds", [
-    ("[1, 2]", "holds a JSON list, not an object"),
-    ("{\"a\": " * 100_000 + "1" + "}" * 100_000, "cannot be read .JSON nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, holds",
+    [
+        ("[1, 2]", "holds a JSON list, not an object"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "cannot be read .JSON nested too deeply"),
+    ],
+)
 def test_a_run_config_that_is_not_a_recipe_is_named(tmp_path, content, holds):
     run = RunDirectory(tmp_path / "run")
     run.claim()

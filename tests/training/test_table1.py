@@ -20,9 +20,20 @@ REPORT = {"data_name": "the small sample", "commit": "abc1234", "libraries": "ke
 def finished_run(small_npz, tmp_path_factory):
     """A real run of `quadratic` (its config shrunk), so that its row is Table 1's quadratic row."""
     run_dir = tmp_path_factory.mktemp("table1") / "quadratic_small"
-    train(TrainConfig(name="quadratic_small", model="quadratic", model_overrides=SMALL_MODEL, dataset=small_npz,
-                      epochs=2, batch_size=20, run_dir=str(run_dir), verbose=0, jit_compile=False,
-                      export_dir=None))
+    train(
+        TrainConfig(
+            name="quadratic_small",
+            model="quadratic",
+            model_overrides=SMALL_MODEL,
+            dataset=small_npz,
+            epochs=2,
+            batch_size=20,
+            run_dir=str(run_dir),
+            verbose=0,
+            jit_compile=False,
+            export_dir=None,
+        )
+    )
     return run_dir
 
 
@@ -54,8 +65,10 @@ def test_the_front_pages_rows_give_the_paper_beside_the_run_or_say_not_trained_y
     rows = {row[0]: row for row in table1_rows(report)}
     assert len(TABLE1_HEADER.split("|")) - 2 == len(rows["`quadratic`"])
     run = report["runs"][0]
-    assert rows["`quadratic`"][1:3] == ["93.8%", f"{100 * run['test_accuracy']:.2f}% ± "
-                                                  f"{100 * run['standard_error']:.2f}%"]
+    assert rows["`quadratic`"][1:3] == [
+        "93.8%",
+        f"{100 * run['test_accuracy']:.2f}% ± {100 * run['standard_error']:.2f}%",
+    ]
     assert rows["`quadratic`"][3] == f"{100 * (run['test_accuracy'] - 0.938):+.1f}"
     assert rows["`resnet18`"][1:3] == ["93.8%", "not trained yet"]
 
@@ -107,8 +120,24 @@ def test_a_folder_that_is_no_run_is_named(tmp_path, small_npz):
 
 def test_the_command_writes_the_results_file_and_its_table(finished_run, small_npz, tmp_path, capsys):
     output = tmp_path / "table1-cpu.json"
-    code = main(["table1", str(finished_run), "--data-name", "the small sample", "--data-file", small_npz,
-                 "--commit", "abc1234", "--libraries", "keras 3", "--device", "a CPU", "--output", str(output)])
+    code = main(
+        [
+            "table1",
+            str(finished_run),
+            "--data-name",
+            "the small sample",
+            "--data-file",
+            small_npz,
+            "--commit",
+            "abc1234",
+            "--libraries",
+            "keras 3",
+            "--device",
+            "a CPU",
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0
     results = json.loads(output.read_text())
     (command,) = results["commands"]
@@ -116,11 +145,20 @@ def test_the_command_writes_the_results_file_and_its_table(finished_run, small_n
     assert TABLE1_HEADER in output.with_suffix(".md").read_text()
 
 
-def test_update_keeps_the_earlier_sessions_runs_unless_a_run_of_their_recipe_replaces_them(finished_run, small_npz,
-                                                                                           tmp_path):
+def test_update_keeps_the_earlier_sessions_runs_unless_a_run_of_their_recipe_replaces_them(
+    finished_run, small_npz, tmp_path
+):
     output = tmp_path / "table1-cpu.json"
-    common = ["--data-name", "the small sample", "--data-file", small_npz, "--commit", "abc1234", "--output",
-              str(output)]
+    common = [
+        "--data-name",
+        "the small sample",
+        "--data-file",
+        small_npz,
+        "--commit",
+        "abc1234",
+        "--output",
+        str(output),
+    ]
     assert main(["table1", str(finished_run), *common]) == 0
     other = stopped_copy(finished_run, tmp_path / "other")  # another recipe, trained in a later session
     config = json.loads((other / "config.json").read_text())
@@ -129,7 +167,9 @@ def test_update_keeps_the_earlier_sessions_runs_unless_a_run_of_their_recipe_rep
     assert main(["table1", str(other), *common, "--commit", "def5678", "--device", "a CPU", "--update"]) == 0
     results = json.loads(output.read_text())
     assert [(r["recipe"], r["finished"], r["commit"]) for r in results["runs"]] == [
-        ("quadratic_small", True, "abc1234"), ("other", False, "def5678")]
+        ("quadratic_small", True, "abc1234"),
+        ("other", False, "def5678"),
+    ]
     assert len(results["commands"]) == 2 and "quadratic" not in results["not_measured"]
     again = stopped_copy(finished_run, tmp_path / "again")  # the same recipe again: it replaces the earlier run
     assert main(["table1", str(again), *common, "--device", "a CPU", "--update"]) == 0

@@ -26,8 +26,11 @@ def prepare_metadata(name, data_dir):
     import tensorflow_datasets as tfds
 
     builder = tfds.builder(name, data_dir=str(data_dir))
-    builder.info.set_splits(tfds.core.SplitDict(
-        [tfds.core.SplitInfo(name=split, shard_lengths=[size], num_bytes=0) for split, size in SPLIT_SIZES.items()]))
+    builder.info.set_splits(
+        tfds.core.SplitDict(
+            [tfds.core.SplitInfo(name=split, shard_lengths=[size], num_bytes=0) for split, size in SPLIT_SIZES.items()]
+        )
+    )
     Path(builder.data_dir).mkdir(parents=True)
     builder.info.write_to_directory(builder.data_dir)
 
@@ -42,10 +45,31 @@ def test_a_paper_recipe_trains_on_tfds_mock_data(dataset, recipe, tmp_path, caps
     tiny = "num_layers = 1, hidden_dim = 8, intermediate_dim = 8"
     tiny = f"{{{tiny}, position_embedding_dim = 8}}" if recipe.startswith("learned") else f"{{{tiny}}}"
     with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_FILES, data_dir=str(data_dir)):
-        code = main(["train", "--recipe", recipe, "--dataset", dataset,
-                     "--data-dir", str(data_dir), "--epochs", "2", "--batch-size", "10", "--steps-per-epoch", "2",
-                     "--model-overrides", tiny, "--runs-dir", str(tmp_path / "runs"),
-                     "--export-dir", str(tmp_path / "saved_models"), "--verbose", "0"])
+        code = main(
+            [
+                "train",
+                "--recipe",
+                recipe,
+                "--dataset",
+                dataset,
+                "--data-dir",
+                str(data_dir),
+                "--epochs",
+                "2",
+                "--batch-size",
+                "10",
+                "--steps-per-epoch",
+                "2",
+                "--model-overrides",
+                tiny,
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--export-dir",
+                str(tmp_path / "saved_models"),
+                "--verbose",
+                "0",
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     run = tmp_path / "runs" / recipe
     config, metrics = (json.loads((run / name).read_text()) for name in ("config.json", "metrics.json"))
@@ -63,8 +87,23 @@ def test_tfds_mock_data_with_its_default_policy_trains_and_real_missing_data_is_
     # How users test their tfds pipelines: no metadata files, so tfds mocks from the builder's code (no split sizes).
     import tensorflow_datasets as tfds
 
-    quick = ["train", "--recipe", "quick", "--dataset", "cifar10", "--epochs", "1",
-             "--steps-per-epoch", "2", "--jit-compile", "false", "--export-dir", "none", "--verbose", "0"]
+    quick = [
+        "train",
+        "--recipe",
+        "quick",
+        "--dataset",
+        "cifar10",
+        "--epochs",
+        "1",
+        "--steps-per-epoch",
+        "2",
+        "--jit-compile",
+        "false",
+        "--export-dir",
+        "none",
+        "--verbose",
+        "0",
+    ]
     with tfds.testing.mock_data(num_examples=100):
         assert main([*quick, "--run-dir", str(tmp_path / "mocked")]) == 0, capsys.readouterr().err
     assert len(json.loads((tmp_path / "mocked" / "metrics.json").read_text())["history"]["loss"]) == 1

@@ -26,9 +26,18 @@ SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 
 
 def small_config(small_npz, run_dir, **overrides):
-    values = {"name": "small", "model": "quadratic_tiny", "model_overrides": SMALL_MODEL, "dataset": small_npz,
-              "epochs": 2, "batch_size": 20, "run_dir": run_dir and str(run_dir), "verbose": 0,
-              "jit_compile": False, "export_dir": None}
+    values = {
+        "name": "small",
+        "model": "quadratic_tiny",
+        "model_overrides": SMALL_MODEL,
+        "dataset": small_npz,
+        "epochs": 2,
+        "batch_size": 20,
+        "run_dir": run_dir and str(run_dir),
+        "verbose": 0,
+        "jit_compile": False,
+        "export_dir": None,
+    }
     return TrainConfig(**{**values, **overrides})
 
 
@@ -84,17 +93,34 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     assert metadata["training_run"] == ".."  # the run, seen from its preset: never a path of this machine
 
 
-def test_the_end_of_run_summary_says_which_weights_were_published_with_their_accuracy(small_npz, tmp_path,
-                                                                                        capsys):
+def test_the_end_of_run_summary_says_which_weights_were_published_with_their_accuracy(small_npz, tmp_path, capsys):
     from keras_attnconv.cli import main
     from keras_attnconv.models.presets import load_preset_metadata
 
-    code = main(["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 16}",
-                 "--dataset", small_npz, "--epochs", "2", "--batch-size", "20", "--jit-compile", "false",
-                 "--run-dir", str(tmp_path / "run"), "--export-dir", "none"])
+    code = main(
+        [
+            "train",
+            "--model",
+            "quadratic_tiny",
+            "--model-overrides",
+            "{num_layers = 1, hidden_dim = 16}",
+            "--dataset",
+            small_npz,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "20",
+            "--jit-compile",
+            "false",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--export-dir",
+            "none",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
-    summary = json.loads(out[out.rindex("\n{") + 1:])
+    summary = json.loads(out[out.rindex("\n{") + 1 :])
     metadata = load_preset_metadata(tmp_path / "run" / "preset")
     published = summary["published"]
     assert list(summary)[0] == "published"  # it leads: the last epoch's eval_accuracy may be another epoch's
@@ -153,9 +179,26 @@ def cli(*args):
 
 def test_a_killed_run_resumes_where_it_stopped(small_npz, tmp_path):
     run = tmp_path / "run"
-    command = cli("--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 16}",
-                  "--dataset", small_npz, "--epochs", "4", "--batch-size", "10", "--jit-compile", "false",
-                  "--run-dir", str(run), "--verbose", "0", "--export-dir", "none")
+    command = cli(
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 16}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "4",
+        "--batch-size",
+        "10",
+        "--jit-compile",
+        "false",
+        "--run-dir",
+        str(run),
+        "--verbose",
+        "0",
+        "--export-dir",
+        "none",
+    )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
@@ -186,10 +229,16 @@ def test_mixed_precision_is_the_models_own_with_float32_predictions(small_npz, t
     monkeypatch.setattr(keras.config, "set_dtype_policy", set_globally.append)
     monkeypatch.setattr(keras.mixed_precision, "set_dtype_policy", set_globally.append)
     build = keras_attnconv.models.ClassifierConfig.build  # the run builds its model from its validated config
-    monkeypatch.setattr(keras_attnconv.models.ClassifierConfig, "build",
-                        lambda self, *a, **k: trained.append(build(self, *a, **k)) or trained[-1])
-    metrics = train(small_config(small_npz, tmp_path / precision, precision=precision, epochs=1,
-                                 steps_per_epoch=3, jit_compile=True))
+    monkeypatch.setattr(
+        keras_attnconv.models.ClassifierConfig,
+        "build",
+        lambda self, *a, **k: trained.append(build(self, *a, **k)) or trained[-1],
+    )
+    metrics = train(
+        small_config(
+            small_npz, tmp_path / precision, precision=precision, epochs=1, steps_per_epoch=3, jit_compile=True
+        )
+    )
     assert np.isfinite(metrics["history"]["loss"]).all()
     assert set_globally == [] and keras.config.dtype_policy().name == ambient
     # Keras scales the loss for float16 when the model's own policy is mixed_float16 (no global policy needed).
@@ -226,8 +275,13 @@ def test_mirrored_strategy_over_two_cpu_devices(small_npz, tmp_path):
 
 def test_training_learns_real_cifar10_images(tmp_path):
     # The quick recipe, shortened: a broken model stays at chance (10% +- 1.3% on 500 images).
-    config = load_recipe(RECIPES[0].with_name("quick.toml"), epochs=3, run_dir=str(tmp_path / "quick"), verbose=0,
-                         export_dir=str(tmp_path / "saved_models"))
+    config = load_recipe(
+        RECIPES[0].with_name("quick.toml"),
+        epochs=3,
+        run_dir=str(tmp_path / "quick"),
+        verbose=0,
+        export_dir=str(tmp_path / "saved_models"),
+    )
     metrics = train_and_export(config)
     assert metrics["eval_split"] == "validation"
     assert metrics["eval_accuracy"] > 0.2
@@ -240,8 +294,9 @@ def test_training_learns_real_cifar10_images(tmp_path):
 
 @pytest.mark.slow
 def test_quick_recipe_as_documented(tmp_path):
-    metrics = train(load_recipe(RECIPES[0].with_name("quick.toml"), run_dir=str(tmp_path / "quick"), verbose=0,
-                                 export_dir=None))
+    metrics = train(
+        load_recipe(RECIPES[0].with_name("quick.toml"), run_dir=str(tmp_path / "quick"), verbose=0, export_dir=None)
+    )
     assert metrics["eval_accuracy"] > 0.25
 
 
@@ -276,15 +331,18 @@ def write_npz(path, labels, **extra):
     return str(path)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"model": "quadratik"}, "Did you mean 'quadratic'"),
-    ({"model_overrides": {"num_layer": 2}}, "num_layer"),
-    ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
-    ({"model_overrides": {"attention_options": {"separable": "maybe"}}}, "separable='maybe'"),
-    ({"dataset": "labels_out_of_range"}, r"must lie in \[0, 3\)"),
-    ({"batch_size": 500}, "fewer than one batch"),
-    ({"eval_split": "validation"}, "split='validation'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"model": "quadratik"}, "Did you mean 'quadratic'"),
+        ({"model_overrides": {"num_layer": 2}}, "num_layer"),
+        ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
+        ({"model_overrides": {"attention_options": {"separable": "maybe"}}}, "separable='maybe'"),
+        ({"dataset": "labels_out_of_range"}, r"must lie in \[0, 3\)"),
+        ({"batch_size": 500}, "fewer than one batch"),
+        ({"eval_split": "validation"}, "split='validation'"),
+    ],
+)
 def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, bad, message):
     if bad.get("dataset") == "labels_out_of_range":  # 3 classes stated, a label 7 among them
         bad = {"dataset": write_npz(tmp_path / "bad.npz", [0, 1, 2, 7] * 10, class_names=["a", "b", "c"])}
@@ -293,13 +351,22 @@ def test_bad_inputs_fail_before_the_run_directory_exists(small_npz, tmp_path, ba
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("arrays, message", [
-    # Images of one colour: their statistics have no spread to normalise by.
-    ({"x": np.zeros((40, 8, 8, 3), np.uint8), "y": np.arange(40) % 2}, r"Received: pixel_std=0.0"),
-    ({"x_train": np.zeros((40, 8, 8, 3), np.uint8) + np.arange(40, dtype=np.uint8)[:, None, None, None],
-      "y_train": np.arange(40) % 2, "x_test": np.zeros((4, 16, 16, 3), np.uint8), "y_test": np.arange(4) % 2},
-     r"size of the dataset's training images \(8x8\)"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        # Images of one colour: their statistics have no spread to normalise by.
+        ({"x": np.zeros((40, 8, 8, 3), np.uint8), "y": np.arange(40) % 2}, r"Received: pixel_std=0.0"),
+        (
+            {
+                "x_train": np.zeros((40, 8, 8, 3), np.uint8) + np.arange(40, dtype=np.uint8)[:, None, None, None],
+                "y_train": np.arange(40) % 2,
+                "x_test": np.zeros((4, 16, 16, 3), np.uint8),
+                "y_test": np.arange(4) % 2,
+            },
+            r"size of the dataset's training images \(8x8\)",
+        ),
+    ],
+)
 def test_a_npz_that_cannot_train_fails_before_the_run_directory_exists(small_npz, tmp_path, arrays, message):
     np.savez(tmp_path / "odd.npz", **arrays)
     with pytest.raises(ValueError, match=message):
@@ -398,8 +465,14 @@ def test_the_run_stops_on_a_nan_or_infinite_loss(loss):
     StopOnNonFiniteLoss().on_epoch_end(2, {"loss": 1e30})  # large, finite: training goes on
 
 
-@pytest.mark.parametrize("logs", [{"loss": 1.0, "val_loss": float("nan")}, {"loss": 1.0, "val_loss": float("inf")},
-                                  {"loss": 1.0, "val_loss": 2.0, "val_accuracy": float("nan")}])
+@pytest.mark.parametrize(
+    "logs",
+    [
+        {"loss": 1.0, "val_loss": float("nan")},
+        {"loss": 1.0, "val_loss": float("inf")},
+        {"loss": 1.0, "val_loss": 2.0, "val_accuracy": float("nan")},
+    ],
+)
 def test_the_run_stops_on_a_nan_or_infinite_validation_figure(logs):
     from keras_attnconv.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
 
@@ -408,8 +481,7 @@ def test_the_run_stops_on_a_nan_or_infinite_validation_figure(logs):
         StopOnNonFiniteLoss().on_epoch_end(1, logs)
 
 
-def test_a_model_with_a_nan_validation_loss_is_never_kept_preset_exported_or_written(small_npz, tmp_path,
-                                                                                       monkeypatch):
+def test_a_model_with_a_nan_validation_loss_is_never_kept_preset_exported_or_written(small_npz, tmp_path, monkeypatch):
     from keras_attnconv.training.callbacks import NonFiniteLossError
     from keras_attnconv.training.input_pipeline import EpochSync
 
@@ -436,10 +508,33 @@ def test_the_nan_stops_advice_works_for_a_run_with_a_completed_epoch(small_npz, 
 
     # The official schedule, warming up over half this 2-epoch run (min_warmup_epochs), trains the first epoch at a
     # rate of 0 (it completes), the second at 6.7e6 (it diverges to NaN; 6.7e5 only explodes, a finite loss).
-    diverging = ["train", "--model", "quadratic_tiny", "--model-overrides", "{num_layers = 1, hidden_dim = 8, "
-                 "intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "2", "--steps-per-epoch", "2",
-                 "--batch-size", "40", "--jit-compile", "false", "--schedule", "official", "--learning-rate", "1e7",
-                 "--run-dir", str(tmp_path / "run"), "--export-dir", "none", "--verbose", "0"]
+    diverging = [
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "2",
+        "--steps-per-epoch",
+        "2",
+        "--batch-size",
+        "40",
+        "--jit-compile",
+        "false",
+        "--schedule",
+        "official",
+        "--learning-rate",
+        "1e7",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--export-dir",
+        "none",
+        "--verbose",
+        "0",
+    ]
     assert main(diverging) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert "became nan during epoch 2" in message and RunDirectory(tmp_path / "run").has_completed_epoch()
@@ -487,16 +582,23 @@ def test_the_first_epoch_checked_is_the_first_whose_end_is_past_the_warmup():
     assert first_epoch_after_warmup(7515, 500) == 15  # the paper's 300 epochs (official schedule): the 16th epoch
 
 
-@pytest.mark.parametrize("epoch, logs, stops", [
-    (2, {"loss": 2.3026, "val_loss": 2.3026, "val_accuracy": 0.1}, "validation accuracy 0.1000 on 500 images is at "
-                                                                    r"chance, 1/10 ± 2 s.e. = \[0.0732, 0.1268\]"),
-    (1, {"loss": 2.3026, "val_loss": 2.3026, "val_accuracy": 0.1}, None),  # at chance, still warming up
-    (2, {"loss": 2.0, "val_loss": 2.1, "val_accuracy": 0.2}, None),  # clearly above chance
-    (2, {"loss": 1.7e14, "val_loss": 3e14, "val_accuracy": 0.1}, r"loss exploded to 1.7e\+14 in epoch 3"),
-    (2, {"loss": 24.0, "val_accuracy": 0.3}, r"above 10 ln 10 = 23.03"),  # finite, far above a chance model's
-    (2, {"loss": 22.0, "val_accuracy": 0.3}, None),
-    (1, {"loss": 1.7e14, "val_accuracy": 0.1}, None),  # exploded during the warm-up: not judged yet
-])
+@pytest.mark.parametrize(
+    "epoch, logs, stops",
+    [
+        (
+            2,
+            {"loss": 2.3026, "val_loss": 2.3026, "val_accuracy": 0.1},
+            "validation accuracy 0.1000 on 500 images is at "
+            r"chance, 1/10 ± 2 s.e. = \[0.0732, 0.1268\]",
+        ),
+        (1, {"loss": 2.3026, "val_loss": 2.3026, "val_accuracy": 0.1}, None),  # at chance, still warming up
+        (2, {"loss": 2.0, "val_loss": 2.1, "val_accuracy": 0.2}, None),  # clearly above chance
+        (2, {"loss": 1.7e14, "val_loss": 3e14, "val_accuracy": 0.1}, r"loss exploded to 1.7e\+14 in epoch 3"),
+        (2, {"loss": 24.0, "val_accuracy": 0.3}, r"above 10 ln 10 = 23.03"),  # finite, far above a chance model's
+        (2, {"loss": 22.0, "val_accuracy": 0.3}, None),
+        (1, {"loss": 1.7e14, "val_accuracy": 0.1}, None),  # exploded during the warm-up: not judged yet
+    ],
+)
 def test_a_run_that_learned_nothing_after_its_warmup_stops(epoch, logs, stops):
     from keras_attnconv.training.callbacks import NothingLearnedError, StopWhenNothingLearned
 
@@ -510,8 +612,14 @@ def test_a_run_that_learned_nothing_after_its_warmup_stops(epoch, logs, stops):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("logs", [{"loss": float("nan"), "val_accuracy": 0.3}, {"loss": float("inf")},
-                                  {"loss": 1.0, "val_loss": float("nan"), "val_accuracy": float("nan")}])
+@pytest.mark.parametrize(
+    "logs",
+    [
+        {"loss": float("nan"), "val_accuracy": 0.3},
+        {"loss": float("inf")},
+        {"loss": 1.0, "val_loss": float("nan"), "val_accuracy": float("nan")},
+    ],
+)
 def test_a_nan_or_infinite_figure_is_left_to_the_nan_stop(logs):
     from keras_attnconv.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss, StopWhenNothingLearned
 
@@ -533,9 +641,29 @@ def test_a_collapsed_run_stops_after_its_warmup_and_publishes_nothing(tmp_path, 
     from keras_attnconv.cli import main
 
     run, exports = tmp_path / "run", tmp_path / "saved_models"
-    code = main(["train", "--recipe", "quick", "--epochs", "2", "--steps-per-epoch", "4", "--learning-rate", "10",
-                 "--warmup-ratio", "0.5", "--jit-compile", "false", "--run-dir", str(run), "--export-dir",
-                 str(exports), "--verbose", "0"])
+    code = main(
+        [
+            "train",
+            "--recipe",
+            "quick",
+            "--epochs",
+            "2",
+            "--steps-per-epoch",
+            "4",
+            "--learning-rate",
+            "10",
+            "--warmup-ratio",
+            "0.5",
+            "--jit-compile",
+            "false",
+            "--run-dir",
+            str(run),
+            "--export-dir",
+            str(exports),
+            "--verbose",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     message = err.strip().splitlines()[-1]

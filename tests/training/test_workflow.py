@@ -9,16 +9,24 @@ import pytest
 
 from keras_attnconv import export
 from keras_attnconv.training import workflow
-from keras_attnconv.utils.ownership import write_mark
-from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.ownership import write_mark
 
 
 def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
-    config = TrainConfig(name="small", model="quadratic_tiny", dataset=small_npz, epochs=1, batch_size=40,
-                         model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
-                         runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
-                         jit_compile=False)
+    config = TrainConfig(
+        name="small",
+        model="quadratic_tiny",
+        dataset=small_npz,
+        epochs=1,
+        batch_size=40,
+        model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+        runs_dir=str(tmp_path / "runs"),
+        export_dir=str(tmp_path / "saved"),
+        verbose=0,
+        jit_compile=False,
+    )
     published = workflow.export_source
 
     def killed(*args, **kwargs):
@@ -39,15 +47,25 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
 
 
 def test_a_second_run_is_exported_but_not_served_until_asked(small_npz, tmp_path, capsys):
-    config = TrainConfig(name="small", model="quadratic_tiny", dataset=small_npz, epochs=1, batch_size=40,
-                         model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
-                         runs_dir=str(tmp_path / "runs"), export_dir=str(tmp_path / "saved"), verbose=0,
-                         jit_compile=False)
+    config = TrainConfig(
+        name="small",
+        model="quadratic_tiny",
+        dataset=small_npz,
+        epochs=1,
+        batch_size=40,
+        model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+        runs_dir=str(tmp_path / "runs"),
+        export_dir=str(tmp_path / "saved"),
+        verbose=0,
+        jit_compile=False,
+    )
     first, second = workflow.train_and_export(config), workflow.train_and_export(config)
     assert (Path(first["export"]).name, Path(second["export"]).name) == ("1", "2")
     assert export.served_version(tmp_path / "saved", "quadratic_tiny") == 1  # the experiment does not replace it
-    assert (f"models.config serves version 1 of quadratic_tiny. To serve this one: attnconv serve quadratic_tiny 2 "
-            f"--export-dir {tmp_path / 'saved'}") in capsys.readouterr().err
+    assert (
+        f"models.config serves version 1 of quadratic_tiny. To serve this one: attnconv serve quadratic_tiny 2 "
+        f"--export-dir {tmp_path / 'saved'}"
+    ) in capsys.readouterr().err
 
 
 def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tmp_path):
@@ -59,19 +77,37 @@ def test_another_configuration_is_not_taken_for_the_unexported_run(small_npz, tm
     assert workflow.unexported_run(config) is None
 
 
-def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(small_npz, tmp_path,
-                                                                                jax_without_tensorflow):
+def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(
+    small_npz, tmp_path, jax_without_tensorflow
+):
     # Training runs on every backend, and without TensorFlow or TensorBoard installed (the GPU machine
     # has no TensorFlow); a SavedModel needs TensorFlow's.
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "keras_attnconv.cli", "train", "--model", "quadratic_tiny", "--model-overrides",
-               "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1",
-               "--batch-size", "40", "--run-dir", str(tmp_path / "run"), "--export-dir", str(tmp_path / "saved")]
+    command = [
+        sys.executable,
+        "-m",
+        "keras_attnconv.cli",
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "40",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--export-dir",
+        str(tmp_path / "saved"),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=jax_without_tensorflow)
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout[result.stdout.index("{\n"):])  # after the epoch lines
+    summary = json.loads(result.stdout[result.stdout.index("{\n") :])  # after the epoch lines
     assert summary["optimizer_steps"] == 4 and summary["export"] is None
     assert f"KERAS_BACKEND=tensorflow attnconv export {tmp_path / 'run'} --export-dir" in result.stderr
     assert not (tmp_path / "saved").exists()
@@ -154,8 +190,17 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
     from keras_attnconv.training.recipe import load_recipe
 
     run, root = tmp_path / "run", tmp_path / "saved"
-    config = load_recipe("quick", epochs=1, steps_per_epoch=2, schedule="official", warmup_ratio=0.9,
-                         jit_compile=False, run_dir=str(run), export_dir=str(root), verbose=0)
+    config = load_recipe(
+        "quick",
+        epochs=1,
+        steps_per_epoch=2,
+        schedule="official",
+        warmup_ratio=0.9,
+        jit_compile=False,
+        run_dir=str(run),
+        export_dir=str(root),
+        verbose=0,
+    )
     with pytest.raises(NothingLearnedError, match=f"attnconv export {run} --allow-chance"):
         workflow.train_and_export(config)
     assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
@@ -166,10 +211,24 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
 
 def train_command(small_npz, run_dir, export_dir, runs_dir=None):
     """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments."""
-    return ["train", "--model", "quadratic_tiny", "--model-overrides",
-            "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}", "--dataset", small_npz, "--epochs", "1",
-            "--batch-size", "40", "--jit-compile", "false", "--export-dir", str(export_dir),
-            *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)])]
+    return [
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "40",
+        "--jit-compile",
+        "false",
+        "--export-dir",
+        str(export_dir),
+        *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)]),
+    ]
 
 
 KILLED_TRAIN = """
@@ -189,8 +248,9 @@ PUBLISHED_KILLS = {
 
 
 @pytest.mark.parametrize("kill", PUBLISHED_KILLS.values(), ids=PUBLISHED_KILLS.keys())
-def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_again(small_npz, tmp_path, kill,
-                                                                                    monkeypatch):
+def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_again(
+    small_npz, tmp_path, kill, monkeypatch
+):
     from support import run_until_killed
 
     from keras_attnconv import cli
@@ -208,18 +268,24 @@ def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_a
     assert export.served_version(root, "quadratic_tiny") == 1
 
 
-@pytest.mark.parametrize("run_dir, export_dir, runs_dir", [
-    ("same", "same", None),
-    ("saved/run", "saved", None),
-    ("run", "run/saved", None),
-    (None, "saved", "saved/runs"),
-])
-def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_training(small_npz, tmp_path, capsys,
-                                                                                       run_dir, export_dir, runs_dir):
+@pytest.mark.parametrize(
+    "run_dir, export_dir, runs_dir",
+    [
+        ("same", "same", None),
+        ("saved/run", "saved", None),
+        ("run", "run/saved", None),
+        (None, "saved", "saved/runs"),
+    ],
+)
+def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_training(
+    small_npz, tmp_path, capsys, run_dir, export_dir, runs_dir
+):
     from keras_attnconv import cli
 
-    paths = {name: tmp_path / value if value else None
-             for name, value in (("run_dir", run_dir), ("export_dir", export_dir), ("runs_dir", runs_dir))}
+    paths = {
+        name: tmp_path / value if value else None
+        for name, value in (("run_dir", run_dir), ("export_dir", export_dir), ("runs_dir", runs_dir))
+    }
     assert cli.main(train_command(small_npz, paths["run_dir"], paths["export_dir"], paths["runs_dir"])) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(paths["export_dir"]) in err

@@ -17,19 +17,21 @@ def test_the_mark_the_package_writes_is_valid(tmp_path):
     assert json.loads((tmp_path / "run" / MARKER).read_text()) == VALID and mark_of(tmp_path / "run") == "run"
 
 
-@pytest.mark.parametrize("text, received", [
-    (json.dumps({**VALID, "layout": 1.0}), "layout=1.0"),  # a float, not the int 1: not "a later keras_attnconv"
-    (json.dumps({**VALID, "layout": True}), "layout=True"),
-    (json.dumps({**VALID, "layout": "1"}), "layout='1'"),
-    (json.dumps({**VALID, "layout": 0}), "layout=0"),
-    (json.dumps({**VALID, "kind": ["run"]}), "kind=['run']"),  # was a TypeError (a list is unhashable)
-    (json.dumps({**VALID, "kind": "album"}), "kind='album'"),
-    (json.dumps({**VALID, "package": "photos"}), "package='photos'"),
-    (json.dumps([VALID]), "mark=[{"),
-    ('{"package": ', "text='{\"package\": '"),
-])
-def test_a_mark_that_is_not_valid_is_named_with_what_it_holds_and_its_directory_never_changed(tmp_path, text,
-                                                                                                received):
+@pytest.mark.parametrize(
+    "text, received",
+    [
+        (json.dumps({**VALID, "layout": 1.0}), "layout=1.0"),  # a float, not the int 1: not "a later keras_attnconv"
+        (json.dumps({**VALID, "layout": True}), "layout=True"),
+        (json.dumps({**VALID, "layout": "1"}), "layout='1'"),
+        (json.dumps({**VALID, "layout": 0}), "layout=0"),
+        (json.dumps({**VALID, "kind": ["run"]}), "kind=['run']"),  # was a TypeError (a list is unhashable)
+        (json.dumps({**VALID, "kind": "album"}), "kind='album'"),
+        (json.dumps({**VALID, "package": "photos"}), "package='photos'"),
+        (json.dumps([VALID]), "mark=[{"),
+        ('{"package": ', "text='{\"package\": '"),
+    ],
+)
+def test_a_mark_that_is_not_valid_is_named_with_what_it_holds_and_its_directory_never_changed(tmp_path, text, received):
     run = tmp_path / "run"
     run.mkdir()
     (run / MARKER).write_text(text)
@@ -42,11 +44,14 @@ def test_a_mark_that_is_not_valid_is_named_with_what_it_holds_and_its_directory_
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("write", [
-    lambda path: RunDirectory(path).claim(),
-    lambda path: write_mark(path, "figures"),
-    lambda path: save_to_preset(build_model("resnet_tiny"), path),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda path: RunDirectory(path).claim(),
+        lambda path: write_mark(path, "figures"),
+        lambda path: save_to_preset(build_model("resnet_tiny"), path),
+    ],
+)
 def test_a_folder_named_like_the_mark_is_named_not_replaced_through_a_hidden_temporary(tmp_path, write):
     directory = tmp_path / "mine"
     (directory / MARKER).mkdir(parents=True)

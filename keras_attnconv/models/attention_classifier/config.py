@@ -19,8 +19,15 @@ ABSOLUTE_ENCODINGS = {"learned": LearnedPositionEmbedding, "sinusoid": Sinusoida
 #: How the weights start (`AttentionClassifierConfig.initialization`).
 INITIALIZATIONS = ("bert", "official")
 #: `RelativeMultiHeadAttention` arguments that `attention_options` may set (the config's own fields set the others).
-ATTENTION_OPTIONS = ("use_key_bias", "content_scale", "position_key_projection", "use_bias", "bias_initializer",
-                     "separable", "windowed")
+ATTENTION_OPTIONS = (
+    "use_key_bias",
+    "content_scale",
+    "position_key_projection",
+    "use_bias",
+    "bias_initializer",
+    "separable",
+    "windowed",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,18 +119,24 @@ class AttentionClassifierConfig(ClassifierConfig):
         for name in ("num_heads", "window", "dilation"):  # TOML and JSON give lists
             if isinstance(getattr(self, name), list):
                 self._set(name, tuple(getattr(self, name)))
-        check_config_fields(self, positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling"),
-                            rates=("dropout", "attention_dropout"),
-                            positive_numbers=("initializer_range", "layer_norm_epsilon"),
-                            optional_positive=("position_embedding_dim",),
-                            bools=("use_content_content", "use_content_position", "use_position_bias", "rematerialize"))
+        check_config_fields(
+            self,
+            positive=("num_layers", "hidden_dim", "intermediate_dim", "downsampling"),
+            rates=("dropout", "attention_dropout"),
+            positive_numbers=("initializer_range", "layer_norm_epsilon"),
+            optional_positive=("position_embedding_dim",),
+            bools=("use_content_content", "use_content_position", "use_position_bias", "rematerialize"),
+        )
         plain_numbers(self)  # the fields checked above, as JSON-serializable Python numbers
         if self.position_embedding_dim is not None and self.position_embedding_dim % 2:
-            raise ValueError("`position_embedding_dim` must be even: half of it embeds the row shift, half the column "
-                             f"shift. Received: position_embedding_dim={self.position_embedding_dim}")
+            raise ValueError(
+                "`position_embedding_dim` must be even: half of it embeds the row shift, half the column "
+                f"shift. Received: position_embedding_dim={self.position_embedding_dim}"
+            )
         if isinstance(self.num_heads, tuple):
             if len(self.num_heads) != self.num_layers or any(
-                    isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads):
+                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.num_heads
+            ):
                 raise ValueError(
                     f"`num_heads` per layer must hold {self.num_layers} positive integers (one per layer). "
                     f"Received: num_heads={self.num_heads}"
@@ -138,46 +151,63 @@ class AttentionClassifierConfig(ClassifierConfig):
         window_arguments(self.window, self.dilation)  # the layer's own rules, before building
         uses_positions = self.use_content_position or self.use_position_bias
         if not uses_positions and self.position_score is not None:
-            raise ValueError("`position_score` must be None when no position term is used. "
-                             f"Received: position_score={self.position_score!r}")
+            raise ValueError(
+                "`position_score` must be None when no position term is used. "
+                f"Received: position_score={self.position_score!r}"
+            )
         check_choice("quadratic_width", self.quadratic_width, QuadraticScore.WIDTHS)
         check_choice("initialization", self.initialization, INITIALIZATIONS)
         if self.absolute_encoding not in (None, *ABSOLUTE_ENCODINGS):
-            raise ValueError(f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
-                             f"Received: absolute_encoding={self.absolute_encoding!r}")
+            raise ValueError(
+                f"`absolute_encoding` must be None, 'learned' or 'sinusoid'. "
+                f"Received: absolute_encoding={self.absolute_encoding!r}"
+            )
         if uses_positions:
             position_score_class(self.position_score)
         if self.attention_span is not None:
             if not isinstance(self.attention_span, dict):
-                raise ValueError("`attention_span` must be None or a dict of AttentionSpan arguments. "
-                                 f"Received: attention_span={self.attention_span!r}")
+                raise ValueError(
+                    "`attention_span` must be None or a dict of AttentionSpan arguments. "
+                    f"Received: attention_span={self.attention_span!r}"
+                )
             try:
                 AttentionSpan(1, **self.attention_span)
             except (TypeError, ValueError) as error:
                 raise ValueError(f"Invalid `attention_span` {self.attention_span!r}: {error}") from None
         embedding_dim = self.position_embedding_dim or self.hidden_dim - self.hidden_dim % 2
-        if (self.use_content_position and self.position_score == "learned" and embedding_dim > self.hidden_dim
-                and not (self.attention_options or {}).get("position_key_projection")):
-            raise ValueError("The content-position term meets the learned encoding with the first query features: "
-                             "`position_embedding_dim` must not exceed `hidden_dim` (or set attention_options="
-                             "{'position_key_projection': True}). Received: "
-                             f"position_embedding_dim={self.position_embedding_dim}, hidden_dim={self.hidden_dim}")
+        if (
+            self.use_content_position
+            and self.position_score == "learned"
+            and embedding_dim > self.hidden_dim
+            and not (self.attention_options or {}).get("position_key_projection")
+        ):
+            raise ValueError(
+                "The content-position term meets the learned encoding with the first query features: "
+                "`position_embedding_dim` must not exceed `hidden_dim` (or set attention_options="
+                "{'position_key_projection': True}). Received: "
+                f"position_embedding_dim={self.position_embedding_dim}, hidden_dim={self.hidden_dim}"
+            )
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):
             raise ValueError(
                 "At least one of use_content_content, use_content_position, use_position_bias must be True."
             )
         if self.attention_options is not None:
             if not isinstance(self.attention_options, dict):
-                raise ValueError("`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
-                                 f"Received: attention_options={self.attention_options!r}")
+                raise ValueError(
+                    "`attention_options` must be None or a dict of RelativeMultiHeadAttention arguments. "
+                    f"Received: attention_options={self.attention_options!r}"
+                )
             for option in self.attention_options:
                 if option not in ATTENTION_OPTIONS:
-                    raise ValueError(f"`attention_options` may set {', '.join(ATTENTION_OPTIONS)} (the config's own "
-                                     f"fields set the others).{did_you_mean(option, ATTENTION_OPTIONS)} "
-                                     f"Received: attention_options={self.attention_options!r}")
+                    raise ValueError(
+                        f"`attention_options` may set {', '.join(ATTENTION_OPTIONS)} (the config's own "
+                        f"fields set the others).{did_you_mean(option, ATTENTION_OPTIONS)} "
+                        f"Received: attention_options={self.attention_options!r}"
+                    )
             try:  # the values, by the layer that takes them (constructing it allocates nothing)
-                RelativeMultiHeadAttention(self.heads_per_layer[0], position_score=self.position_score,
-                                           **self.attention_arguments())
+                RelativeMultiHeadAttention(
+                    self.heads_per_layer[0], position_score=self.position_score, **self.attention_arguments()
+                )
             except (TypeError, ValueError) as error:
                 raise ValueError(f"Invalid `attention_options` {self.attention_options!r}: {error}") from None
 
@@ -197,24 +227,40 @@ class AttentionClassifierConfig(ClassifierConfig):
         content = self.use_content_content or self.use_content_position or options.get("use_key_bias", False)
         if window is not None:
             keys = window[0] * window[1]
-        elif (not content and position_score_class(self.position_score).separable and options.get("separable") is not False
-              and (span is None or span.separable)):
+        elif (
+            not content
+            and position_score_class(self.position_score).separable
+            and options.get("separable") is not False
+            and (span is None or span.separable)
+        ):
             keys = 2 * side  # a row pass and a column pass
         else:
             keys = tokens
         tables = (2 * side - 1) * (self.position_embedding_dim or hidden) if self.position_score == "learned" else 0
         attention = hidden * hidden * (3 if content else 1)  # per head: the merged value/output (and query, key)
-        weights = (sum(self.heads_per_layer) * attention + hidden * self.num_classes + tokens * hidden
-                   + self.num_layers * (2 * hidden * self.intermediate_dim + tables))
-        return [("The logits kernel", ("num_classes", "hidden_dim"), hidden * self.num_classes),
-                ("A block's feed-forward kernel", ("hidden_dim", "intermediate_dim"), hidden * self.intermediate_dim),
-                ("A block's attention kernels", ("num_heads", "hidden_dim"), heads * attention),
-                ("A block's learned position tables", ("image_size", "downsampling", "position_embedding_dim"), tables),
-                ("One image's feature maps", ("image_size", "downsampling", "hidden_dim", "intermediate_dim"),
-                 tokens * max(hidden, self.intermediate_dim, 3 * self.downsampling**2)),
-                ("One image's attention scores", ("image_size", "downsampling", "num_heads", "window"),
-                 heads * tokens * keys),
-                ("The weights", ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "num_classes"), weights)]
+        weights = (
+            sum(self.heads_per_layer) * attention
+            + hidden * self.num_classes
+            + tokens * hidden
+            + self.num_layers * (2 * hidden * self.intermediate_dim + tables)
+        )
+        return [
+            ("The logits kernel", ("num_classes", "hidden_dim"), hidden * self.num_classes),
+            ("A block's feed-forward kernel", ("hidden_dim", "intermediate_dim"), hidden * self.intermediate_dim),
+            ("A block's attention kernels", ("num_heads", "hidden_dim"), heads * attention),
+            ("A block's learned position tables", ("image_size", "downsampling", "position_embedding_dim"), tables),
+            (
+                "One image's feature maps",
+                ("image_size", "downsampling", "hidden_dim", "intermediate_dim"),
+                tokens * max(hidden, self.intermediate_dim, 3 * self.downsampling**2),
+            ),
+            (
+                "One image's attention scores",
+                ("image_size", "downsampling", "num_heads", "window"),
+                heads * tokens * keys,
+            ),
+            ("The weights", ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "num_classes"), weights),
+        ]
 
     @property
     def heads_per_layer(self):

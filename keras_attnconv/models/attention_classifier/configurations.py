@@ -20,9 +20,13 @@ QUADRATIC = AttentionClassifierConfig()
 LEARNED = AttentionClassifierConfig(position_score="learned", position_embedding_dim=2 * 400)
 # Two "learned emb. + content" models. The paper's text (section 4.3, its 29.5M): content-content plus
 # content-position (q.k + q.r) on row and column tables of 200 each, no position bias.
-LEARNED_CONTENT = AttentionClassifierConfig(position_score="learned", position_embedding_dim=400,
-                                            use_content_content=True, use_content_position=True,
-                                            use_position_bias=False)
+LEARNED_CONTENT = AttentionClassifierConfig(
+    position_score="learned",
+    position_embedding_dim=400,
+    use_content_content=True,
+    use_content_position=True,
+    use_position_bias=False,
+)
 # The official code's (`--use_attention_data True`), which trained Table 1's row: content-content plus the
 # position-only score of `learned` (tables of 400 each, per-head vectors), no content-position term.
 LEARNED_CONTENT_OFFICIAL = dataclasses.replace(LEARNED, use_content_content=True)
@@ -36,38 +40,87 @@ SPAN = {"initial_sigma": 4.0, "threshold": 0.1}
 WINDOW = 7
 SPAN_LOCAL = {"initial_sigma": 1.5, "threshold": 0.1, "max_window": WINDOW}
 # Baselines: absolute encodings added to the tokens, content-content attention only.
-ABSOLUTE = AttentionClassifierConfig(position_score=None, use_content_content=True, use_position_bias=False,
-                                     absolute_encoding="learned")
+ABSOLUTE = AttentionClassifierConfig(
+    position_score=None, use_content_content=True, use_position_bias=False, absolute_encoding="learned"
+)
 
-register_model("quadratic", QUADRATIC, PaperFigures("SA quadratic emb.", 12.1, 6.2, accuracy=0.938), trained=(
-    TrainedResult("quadratic_fast", accuracy=0.8877, standard_error=0.0032, epochs=60, minutes=6.0,
-                  device="NVIDIA H200", data=_JPEG_COPY, results_file="training/results/table1-h200.json"),))
+register_model(
+    "quadratic",
+    QUADRATIC,
+    PaperFigures("SA quadratic emb.", 12.1, 6.2, accuracy=0.938),
+    trained=(
+        TrainedResult(
+            "quadratic_fast",
+            accuracy=0.8877,
+            standard_error=0.0032,
+            epochs=60,
+            minutes=6.0,
+            device="NVIDIA H200",
+            data=_JPEG_COPY,
+            results_file="training/results/table1-h200.json",
+        ),
+    ),
+)
 register_model("gaussian", GAUSSIAN, PaperFigures("SA quadratic emb. gen.", 12.1, 6.2, "Table 4", accuracy=0.934))
-register_model("gaussian_pruned", dataclasses.replace(GAUSSIAN, num_heads=(7, 5, 8, 7, 3, 9)),
-               PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4", accuracy=0.934))
+register_model(
+    "gaussian_pruned",
+    dataclasses.replace(GAUSSIAN, num_heads=(7, 5, 8, 7, 3, 9)),
+    PaperFigures("SA quadratic emb. gen. pruned", 9.7, 4.9, "Table 4", accuracy=0.934),
+)
 register_model("learned", LEARNED, PaperFigures("SA learned emb.", 12.3, 6.2, accuracy=0.918))
-register_model("learned_content", LEARNED_CONTENT,
-               PaperFigures("SA learned emb. + content, the paper text's model", 29.5, 15.0, accuracy=0.871))
-register_model("learned_content_official", LEARNED_CONTENT_OFFICIAL,
-               PaperFigures("SA learned emb. + content, the official code's model", 29.5, 15.0, accuracy=0.871))
-register_model("quadratic_16heads", dataclasses.replace(QUADRATIC, num_heads=16),
-               PaperFigures("SA quadratic emb., 16 heads", source="Appendix F"))
-register_model("siren", AttentionClassifierConfig(position_score="siren"),
-               PaperFigures("SIREN relative encoding", source=_FOLLOW_UP))
-register_model("quadratic_span", dataclasses.replace(QUADRATIC, attention_span=SPAN),
-               PaperFigures("quadratic emb. + differentiable span", source=_FOLLOW_UP))
-register_model("learned_span", dataclasses.replace(LEARNED, attention_span=SPAN),
-               PaperFigures("learned emb. + differentiable span", source=_FOLLOW_UP))
-register_model("absolute_learned", ABSOLUTE,
-               PaperFigures("absolute learned encoding, content attention", source="baseline"))
-register_model("absolute_sinusoid", dataclasses.replace(ABSOLUTE, absolute_encoding="sinusoid"),
-               PaperFigures("absolute 2-D sinusoids, content attention", source="baseline"))
-register_model("learned_content_local", dataclasses.replace(LEARNED_CONTENT, window=WINDOW),
-               PaperFigures("learned emb. + content, 7x7 local attention", source=_FOLLOW_UP))
-register_model("absolute_learned_local", dataclasses.replace(ABSOLUTE, window=WINDOW),
-               PaperFigures("absolute learned encoding, 7x7 local content attention", source="baseline"))
-register_model("quadratic_span_local", dataclasses.replace(QUADRATIC, attention_span=SPAN_LOCAL),
-               PaperFigures("quadratic emb. + differentiable span in a 7x7 window", source=_FOLLOW_UP))
+register_model(
+    "learned_content",
+    LEARNED_CONTENT,
+    PaperFigures("SA learned emb. + content, the paper text's model", 29.5, 15.0, accuracy=0.871),
+)
+register_model(
+    "learned_content_official",
+    LEARNED_CONTENT_OFFICIAL,
+    PaperFigures("SA learned emb. + content, the official code's model", 29.5, 15.0, accuracy=0.871),
+)
+register_model(
+    "quadratic_16heads",
+    dataclasses.replace(QUADRATIC, num_heads=16),
+    PaperFigures("SA quadratic emb., 16 heads", source="Appendix F"),
+)
+register_model(
+    "siren",
+    AttentionClassifierConfig(position_score="siren"),
+    PaperFigures("SIREN relative encoding", source=_FOLLOW_UP),
+)
+register_model(
+    "quadratic_span",
+    dataclasses.replace(QUADRATIC, attention_span=SPAN),
+    PaperFigures("quadratic emb. + differentiable span", source=_FOLLOW_UP),
+)
+register_model(
+    "learned_span",
+    dataclasses.replace(LEARNED, attention_span=SPAN),
+    PaperFigures("learned emb. + differentiable span", source=_FOLLOW_UP),
+)
+register_model(
+    "absolute_learned", ABSOLUTE, PaperFigures("absolute learned encoding, content attention", source="baseline")
+)
+register_model(
+    "absolute_sinusoid",
+    dataclasses.replace(ABSOLUTE, absolute_encoding="sinusoid"),
+    PaperFigures("absolute 2-D sinusoids, content attention", source="baseline"),
+)
+register_model(
+    "learned_content_local",
+    dataclasses.replace(LEARNED_CONTENT, window=WINDOW),
+    PaperFigures("learned emb. + content, 7x7 local attention", source=_FOLLOW_UP),
+)
+register_model(
+    "absolute_learned_local",
+    dataclasses.replace(ABSOLUTE, window=WINDOW),
+    PaperFigures("absolute learned encoding, 7x7 local content attention", source="baseline"),
+)
+register_model(
+    "quadratic_span_local",
+    dataclasses.replace(QUADRATIC, attention_span=SPAN_LOCAL),
+    PaperFigures("quadratic emb. + differentiable span in a 7x7 window", source=_FOLLOW_UP),
+)
 
 # The small variants: the same code with fewer and narrower blocks (hidden_dim 48 of 400), small enough to train in
 # minutes on 2 CPU cores; a learned table narrows with hidden_dim (800 -> 96, 400 -> 48).
@@ -78,28 +131,62 @@ def _small(of):
     return PaperFigures(f"(small CPU variant of {of})", source="ours")
 
 
-register_model("quadratic_tiny", dataclasses.replace(QUADRATIC, **TINY), _small("quadratic"), trained=(
-    TrainedResult("cifar10_cpu", accuracy=0.5719, standard_error=0.0049, epochs=12, minutes=24.2,
-                  device="AMD EPYC, 2 cores", data=_JPEG_COPY, results_file="training/results/cifar10-cpu.json"),))
+register_model(
+    "quadratic_tiny",
+    dataclasses.replace(QUADRATIC, **TINY),
+    _small("quadratic"),
+    trained=(
+        TrainedResult(
+            "cifar10_cpu",
+            accuracy=0.5719,
+            standard_error=0.0049,
+            epochs=12,
+            minutes=24.2,
+            device="AMD EPYC, 2 cores",
+            data=_JPEG_COPY,
+            results_file="training/results/cifar10-cpu.json",
+        ),
+    ),
+)
 register_model("gaussian_tiny", dataclasses.replace(GAUSSIAN, **TINY), _small("gaussian"))
 register_model("learned_tiny", dataclasses.replace(LEARNED, **TINY, position_embedding_dim=96), _small("learned"))
-register_model("learned_content_tiny", dataclasses.replace(LEARNED_CONTENT, **TINY, position_embedding_dim=48),
-               _small("learned_content"))
-register_model("learned_content_official_tiny",
-               dataclasses.replace(LEARNED_CONTENT_OFFICIAL, **TINY, position_embedding_dim=96),
-               _small("learned_content_official"))
+register_model(
+    "learned_content_tiny",
+    dataclasses.replace(LEARNED_CONTENT, **TINY, position_embedding_dim=48),
+    _small("learned_content"),
+)
+register_model(
+    "learned_content_official_tiny",
+    dataclasses.replace(LEARNED_CONTENT_OFFICIAL, **TINY, position_embedding_dim=96),
+    _small("learned_content_official"),
+)
 register_model("siren_tiny", AttentionClassifierConfig(position_score="siren", **TINY), _small("siren"))
-register_model("quadratic_span_tiny", dataclasses.replace(QUADRATIC, **TINY, attention_span=SPAN),
-               _small("quadratic_span"))
-register_model("learned_span_tiny", dataclasses.replace(LEARNED, **TINY, position_embedding_dim=96, attention_span=SPAN),
-               _small("learned_span"))
+register_model(
+    "quadratic_span_tiny", dataclasses.replace(QUADRATIC, **TINY, attention_span=SPAN), _small("quadratic_span")
+)
+register_model(
+    "learned_span_tiny",
+    dataclasses.replace(LEARNED, **TINY, position_embedding_dim=96, attention_span=SPAN),
+    _small("learned_span"),
+)
 register_model("absolute_learned_tiny", dataclasses.replace(ABSOLUTE, **TINY), _small("absolute_learned"))
-register_model("absolute_sinusoid_tiny", dataclasses.replace(ABSOLUTE, **TINY, absolute_encoding="sinusoid"),
-               _small("absolute_sinusoid"))
-register_model("learned_content_local_tiny",
-               dataclasses.replace(LEARNED_CONTENT, **TINY, position_embedding_dim=48, window=WINDOW),
-               _small("learned_content_local"))
-register_model("absolute_learned_local_tiny", dataclasses.replace(ABSOLUTE, **TINY, window=WINDOW),
-               _small("absolute_learned_local"))
-register_model("quadratic_span_local_tiny", dataclasses.replace(QUADRATIC, **TINY, attention_span=SPAN_LOCAL),
-               _small("quadratic_span_local"))
+register_model(
+    "absolute_sinusoid_tiny",
+    dataclasses.replace(ABSOLUTE, **TINY, absolute_encoding="sinusoid"),
+    _small("absolute_sinusoid"),
+)
+register_model(
+    "learned_content_local_tiny",
+    dataclasses.replace(LEARNED_CONTENT, **TINY, position_embedding_dim=48, window=WINDOW),
+    _small("learned_content_local"),
+)
+register_model(
+    "absolute_learned_local_tiny",
+    dataclasses.replace(ABSOLUTE, **TINY, window=WINDOW),
+    _small("absolute_learned_local"),
+)
+register_model(
+    "quadratic_span_local_tiny",
+    dataclasses.replace(QUADRATIC, **TINY, attention_span=SPAN_LOCAL),
+    _small("quadratic_span_local"),
+)

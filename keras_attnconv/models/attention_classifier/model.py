@@ -23,8 +23,9 @@ def _position_score(config, num_heads, dtype):
     # the paper's text says N(0, 2I).
     centers = {"center_stddev": OFFICIAL_CENTER_STDDEV} if official else {}
     if config.position_score == "quadratic" and (config.quadratic_width != "alpha" or official):
-        return QuadraticScore(num_heads, width=config.quadratic_width, head_vectors=config.use_position_bias,
-                              dtype="float32", **centers)
+        return QuadraticScore(
+            num_heads, width=config.quadratic_width, head_vectors=config.use_position_bias, dtype="float32", **centers
+        )
     if config.position_score == "gaussian" and official:
         return GaussianScore(num_heads, head_vectors=config.use_position_bias, dtype="float32", **centers)
     if config.position_score != "learned":
@@ -34,8 +35,14 @@ def _position_score(config, num_heads, dtype):
         tables, vectors = keras.initializers.RandomNormal(stddev=1.0), FanInUniform()
     else:
         tables, vectors = keras.initializers.RandomNormal(stddev=config.initializer_range), None
-    return LearnedRelativeScore(num_heads, embedding_dim=embedding_dim, head_vectors=config.use_position_bias,
-                                embeddings_initializer=tables, head_vectors_initializer=vectors, dtype=dtype)
+    return LearnedRelativeScore(
+        num_heads,
+        embedding_dim=embedding_dim,
+        head_vectors=config.use_position_bias,
+        embeddings_initializer=tables,
+        head_vectors_initializer=vectors,
+        dtype=dtype,
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")
@@ -74,9 +81,13 @@ class AttentionClassifier(ImageClassifier):
         initializer, bias_initializer = cls.initializers(config)
         x = InvertibleDownsampling(config.downsampling, dtype=dtype, name="downsampling")(x)
         pixels = 3 * config.downsampling**2  # the inputs of the embedding
-        x = keras.layers.Dense(config.hidden_dim, kernel_initializer=initializer_for(initializer, pixels),
-                               bias_initializer=initializer_for(bias_initializer, pixels), dtype=dtype,
-                               name="embedding")(x)
+        x = keras.layers.Dense(
+            config.hidden_dim,
+            kernel_initializer=initializer_for(initializer, pixels),
+            bias_initializer=initializer_for(bias_initializer, pixels),
+            dtype=dtype,
+            name="embedding",
+        )(x)
         if config.absolute_encoding:
             encoding = ABSOLUTE_ENCODINGS[config.absolute_encoding](dtype=dtype, name="absolute_position")(x)
             x = keras.layers.Add(dtype=dtype, name="add_position")([x, encoding])

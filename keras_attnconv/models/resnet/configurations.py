@@ -5,8 +5,12 @@ from keras_attnconv.models.registry import register_model
 from keras_attnconv.models.resnet.config import ResNetConfig
 
 register_model("resnet18", ResNetConfig(), PaperFigures("ResNet18", 11.2, 1.1, accuracy=0.938))
-register_model("resnet10", ResNetConfig(blocks_per_stage=(1, 1, 1, 1)),
-               PaperFigures("ResNet10", 4.9, source="draft, Table 1"))
+register_model(
+    "resnet10", ResNetConfig(blocks_per_stage=(1, 1, 1, 1)), PaperFigures("ResNet10", 4.9, source="draft, Table 1")
+)
 # Small enough to train in minutes on 2 CPU cores.
-register_model("resnet_tiny", ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
-               PaperFigures("(small CPU variant of ResNet)", source="ours"))
+register_model(
+    "resnet_tiny",
+    ResNetConfig(blocks_per_stage=(1, 1, 1), widths=(16, 32, 64)),
+    PaperFigures("(small CPU variant of ResNet)", source="ours"),
+)

@@ -7,8 +7,16 @@ from keras_attnconv.models.resnet.config import ResNetConfig
 
 
 def _conv_bn(x, filters, kernel_size, strides, name, dtype):
-    x = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", use_bias=False,
-                            kernel_initializer="he_normal", dtype=dtype, name=f"{name}_conv")(x)
+    x = keras.layers.Conv2D(
+        filters,
+        kernel_size,
+        strides=strides,
+        padding="same",
+        use_bias=False,
+        kernel_initializer="he_normal",
+        dtype=dtype,
+        name=f"{name}_conv",
+    )(x)
     return keras.layers.BatchNormalization(dtype=dtype, name=f"{name}_bn")(x)
 
 

@@ -8,9 +8,14 @@ from support import MODEL_CHECKS, family_cases
 import keras_attnconv
 from keras_attnconv.models.summary import trainable_parameters
 
-
-PAPER_SIZES = {"quadratic": 12.1, "gaussian": 12.1, "gaussian_pruned": 9.7, "learned": 12.3,
-               "learned_content": 29.5, "learned_content_official": 29.5}
+PAPER_SIZES = {
+    "quadratic": 12.1,
+    "gaussian": 12.1,
+    "gaussian_pruned": 9.7,
+    "learned": 12.3,
+    "learned_content": 29.5,
+    "learned_content_official": 29.5,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_SIZES))
@@ -37,8 +42,12 @@ def test_both_learned_content_models_score_what_their_source_says(name):
     attention = [layer.attention for layer in model.layers if hasattr(layer, "attention")]
     assert len(attention) == 6
     for layer in attention:
-        assert (layer.use_content_content, layer.use_content_position, layer.use_key_bias,
-                layer.use_position_bias) == terms
+        assert (
+            layer.use_content_content,
+            layer.use_content_position,
+            layer.use_key_bias,
+            layer.use_position_bias,
+        ) == terms
         assert layer.position_score.axis_dim == axis_dim
     assert trainable_parameters(model) == params
 
@@ -60,9 +69,14 @@ def batch(size=4, image_size=8):
     return rng.integers(0, 256, (size, image_size, image_size, 3), dtype=np.uint8), rng.integers(0, 10, size)
 
 
-@pytest.mark.parametrize("name, spec", [("learned_content_local_tiny", ((7, 7), (1, 1), False)),
-                                        ("absolute_learned_local_tiny", ((7, 7), (1, 1), False)),
-                                        ("quadratic_span_local_tiny", ((7, 7), (1, 1), False))])
+@pytest.mark.parametrize(
+    "name, spec",
+    [
+        ("learned_content_local_tiny", ((7, 7), (1, 1), False)),
+        ("absolute_learned_local_tiny", ((7, 7), (1, 1), False)),
+        ("quadratic_span_local_tiny", ((7, 7), (1, 1), False)),
+    ],
+)
 def test_local_models_attend_in_a_7x7_window_and_keep_it_through_a_keras_file(name, spec, tmp_path):
     model = keras_attnconv.build_model(name, seed=0, num_layers=1, image_size=16)
     attention = model.get_layer("encoder_0").attention
@@ -74,8 +88,7 @@ def test_local_models_attend_in_a_7x7_window_and_keep_it_through_a_keras_file(na
     reloaded = keras.saving.load_model(path)
     assert reloaded.get_layer("encoder_0").attention.window_spec == spec
     x, _ = batch(2, 16)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)),
-                               atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)), atol=1e-6)
 
 
 def test_rematerialize_reaches_every_block_and_attention_layer_and_survives_a_keras_file(tmp_path):
@@ -87,7 +100,9 @@ def test_rematerialize_reaches_every_block_and_attention_layer_and_survives_a_ke
         assert [(block.rematerialize, block.attention.rematerialize) for block in blocks] == [(True, True)] * 2
     default = keras_attnconv.build_model("learned_content_local_tiny", num_layers=1, image_size=16)
     assert (default.get_layer("encoder_0").rematerialize, default.get_layer("encoder_0").attention.rematerialize) == (
-        False, False)
+        False,
+        False,
+    )
     # Global attention has no windowed tensors to recompute; its blocks still recompute their feed-forward layers.
     global_model = keras_attnconv.build_model("learned_content_tiny", num_layers=1, image_size=16, rematerialize=True)
     assert global_model.get_layer("encoder_0").rematerialize
