@@ -25,8 +25,7 @@ def main(source):
         validation.append(index[PER_CLASS_TRAIN:])
     train, validation = np.sort(np.concatenate(train)), np.sort(np.concatenate(validation))
     out = Path(__file__).resolve().parents[1] / "keras_attnconv" / "training" / "assets" / "cifar10_sample.npz"
-    np.savez_compressed(out, x_train=x[train], y_train=y[train], x_validation=x[validation],
-                        y_validation=y[validation])
+    np.savez_compressed(out, x_train=x[train], y_train=y[train], x_validation=x[validation], y_validation=y[validation])
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {len(train)} train, {len(validation)} validation")
 
 
