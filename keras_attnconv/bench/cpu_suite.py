@@ -32,9 +32,7 @@ from keras_attnconv.bench.measure import (
 )
 from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
-from keras_attnconv.layers.path_rule import default_platform
 from keras_attnconv.models import build_model, get_model_config
-from keras_attnconv.models.measured_step_paths import record_measured_jit_compile
 from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile_for
 from keras_attnconv.utils.reports import json_settings, machine, write_report
@@ -239,10 +237,8 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
     precision's compute dtype on each path run in turns. A row's fraction is
     its achieved GFLOP/s over the best matmul rate of its precision (the
     device's reference for that dtype); ``rule`` marks the path that
-    ``jit_compile="auto"`` took before this run (`step_compilation`: an
-    earlier run's measurement on this machine, else the rule), ``fastest``
-    the faster measured one, so every run checks the choice; the run then
-    records each model's faster path for ``"auto"`` (`measured_step_paths`).
+    ``jit_compile="auto"`` takes (`step_compilation`), ``fastest`` the
+    faster measured one, so the rule is checked on every run.
     """
     rows, matmuls = [], []
     for precision in precisions:
@@ -261,12 +257,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
         for name in models:
             fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
             forward_gflops = model_gflops(built[(name, fastest)])  # the same model on either path
-            # What "auto" took before this run (an earlier run's measurement, else the rule), then this run's record.
             rule = resolve_jit_compile_for(built[(name, fastest)], "auto", precision)
-            if len(step_paths()) > 1 and default_platform() == "cpu":  # a choice to record: TensorFlow on a CPU
-                record_measured_jit_compile(
-                    built[(name, fastest)], precision, {jit: seconds[(name, jit)] for jit in step_paths()}
-                )
             for jit in step_paths():
                 # Forward + backward ~ 3x the forward pass.
                 gflops = 3 * forward_gflops * model_batch / seconds[(name, jit)]

@@ -303,8 +303,8 @@ class ImageClassifier(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def _resolve_auto_jit_compile(self):
-        # Keras' `jit_compile="auto"` leaves XLA off on every CPU; this package's (`step_compilation`) takes
-        # what was measured for the model on this machine, else the rule for the device, precision and size.
+        # Keras' `jit_compile="auto"` leaves XLA off on every CPU; this package's rule (`step_compilation`)
+        # decides by what was measured on the device and precision, for the model's size.
         # As Keras, no XLA under tf.distribute.
         if getattr(self, "_distribute_strategy", None) is not None:
             return False

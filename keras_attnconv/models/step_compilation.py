@@ -2,30 +2,26 @@
 
 A training step runs either whole under XLA (``jit_compile=True``) or as a
 TensorFlow graph whose matmuls and convolutions go to oneDNN on a CPU
-(``jit_compile=False``). Which is faster is a property of the device and
-the model, and it is measured: `attnconv bench --suite steps` times every
-model on both paths in both training precisions, side by side, marks where
-``"auto"``'s pick was not the faster one, and records each model's faster
-path on that machine (`measured_step_paths`).
+(``jit_compile=False``). Which is faster is a property of the device, and
+it is measured: `attnconv bench --suite steps` times every model on both
+paths in both training precisions, side by side, and marks where the rule's
+pick was not the faster one.
 
-``"auto"`` for a model (`resolve_jit_compile_for`) is, in order:
+The rule (`uses_xla`; `resolve_jit_compile_for` applies it to a model):
 
 - JAX: XLA (it is JAX's only compiler; without ``jit`` a step runs op by op).
   PyTorch: no XLA (Keras' own default there).
 - GPU and TPU: XLA, whole step (it fuses the element-wise work between the
   tensor-core matmuls).
-- A CPU where `attnconv bench --suite steps` measured this model in this
-  precision: the path it measured faster.
-- Any other CPU, the rule (`uses_xla`):
-  - a model of under `SMALL_MODEL_GFLOPS` forward FLOPs per image
-    (`count_flops`, attention included): XLA; its step is many small ops,
-    which XLA fuses and TensorFlow's graph runs one by one;
-  - a CPU with bfloat16 units (AMX tiles or AVX-512 BF16 dot products):
-    TensorFlow's graph, in every precision (oneDNN computes bfloat16 on those
-    units, which XLA's CPU backend does not use, and its float32 step was the
-    faster for most models measured on both kinds);
-  - any other CPU: XLA (oneDNN without bfloat16 units was slower in both
-    precisions, many times slower in bfloat16).
+- CPU, a model of under `SMALL_MODEL_GFLOPS` forward FLOPs per image
+  (`count_flops`, attention included): XLA; its step is many small ops,
+  which XLA fuses and TensorFlow's graph runs one by one.
+- CPU with bfloat16 units (AMX tiles or AVX-512 BF16 dot products), a larger
+  model: TensorFlow's graph, in every precision (oneDNN computes bfloat16 on
+  those units, which XLA's CPU backend does not use, and oneDNN's float32
+  step was the faster one too).
+- Any other CPU: XLA (oneDNN without bfloat16 units was slower in both
+  precisions, many times slower in bfloat16).
 
 ``True`` and ``False`` still force a path. The measurements behind each
 line are in docs/performance.md ("The training step's path").
@@ -36,7 +32,6 @@ reports and the run's log line.
 import keras
 
 from keras_attnconv.models.flops import count_flops
-from keras_attnconv.models.measured_step_paths import measured_jit_compile
 from keras_attnconv.utils.reports import BFLOAT16_UNITS, cpu_capabilities
 
 # Forward GFLOP per image below which a CPU's step takes XLA whatever the CPU (module docstring): between the
@@ -93,36 +88,10 @@ def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend
 
 
 def resolve_jit_compile_for(model, jit_compile="auto", precision=None, platform=None):
-    """`jit_compile` for `model`'s training step: ``"auto"`` is the path measured faster for this model on this
-    machine where `attnconv bench --suite steps` measured it (a TensorFlow CPU), else the rule for its size.
-
-    `precision`: the step's dtype policy name (default: the model's own).
-    """
-    from keras_attnconv.layers.path_rule import checked_platform
-
-    check_jit_compile(jit_compile)
-    if jit_compile != "auto":
-        return jit_compile
+    """`jit_compile` for `model`'s training step: ``"auto"`` is the rule for this device, `precision` (default:
+    the model's own dtype policy) and the model's size (`model_gflops`)."""
     precision = precision or model.dtype_policy.name
-    if keras.backend.backend() == "tensorflow" and checked_platform(platform) == "cpu":
-        measured = measured_jit_compile(model, precision)
-        if measured is not None:
-            return measured
-    return resolve_jit_compile("auto", precision, platform, gflops_per_image=model_gflops(model))
-
-
-def auto_source(model, precision=None, platform=None):
-    """Why ``"auto"`` picks what it picks for `model`, for the run's log line."""
-    from keras_attnconv.layers.path_rule import checked_platform
-
-    precision = precision or model.dtype_policy.name
-    if (
-        keras.backend.backend() == "tensorflow"
-        and checked_platform(platform) == "cpu"
-        and measured_jit_compile(model, precision) is not None
-    ):
-        return "measured faster for this model on this machine by attnconv bench --suite steps"
-    return "the rule for this device, precision and model size"
+    return resolve_jit_compile(jit_compile, precision, platform, gflops_per_image=model_gflops(model))
 
 
 def model_gflops(model):

@@ -178,7 +178,7 @@ def _fit(config, plan, run, resume_from=None):
 
 
 def _fit_in_scope(config, plan, run, resume_from):
-    from keras_attnconv.models.step_compilation import auto_source, describe_step_path, resolve_jit_compile_for
+    from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile_for
     from keras_attnconv.models.summary import trainable_parameters
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.utils.reports import device_description, package_revision
@@ -190,9 +190,8 @@ def _fit_in_scope(config, plan, run, resume_from):
         model = plan.model_config.build(name=config.model, dtype=config.precision)
         jit_compile = resolve_jit_compile_for(model, config.jit_compile, config.precision)
         if config.verbose:
-            why = f": {auto_source(model, config.precision)}" if config.jit_compile == "auto" else ""
             print(
-                f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}{why}, "
+                f"Training step: {describe_step_path(jit_compile)} (jit_compile={config.jit_compile!r}, "
                 f"{config.precision}); it is compiled during the first epoch, which takes longer (a minute or "
                 f"more on a CPU)",
                 file=sys.stderr,

@@ -127,25 +127,6 @@ def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path
     assert "| model | precision | path |" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a choice between TensorFlow's two paths")
-def test_the_steps_suite_records_each_models_faster_path_and_the_next_run_checks_it(tmp_path):
-    from keras_attnconv.models import build_model
-    from keras_attnconv.models.measured_step_paths import measured_jit_compile
-
-    runs = []
-    for index in range(2):
-        output = tmp_path / f"steps{index}.json"
-        assert (
-            cli.main(["bench", "--suite", "steps", "--quick", "--models", "quadratic_tiny", "--output", str(output)])
-            == 0
-        )
-        runs.append({row["path"]: row for row in json.loads(output.read_text())["models"]})
-    fastest = [next(path for path, row in run.items() if row["fastest"]) for run in runs]
-    # What "auto" takes now: the second run's faster path; the second run's rule: the first run's.
-    assert measured_jit_compile(build_model("quadratic_tiny", seed=0), "float32") is (fastest[1] == "xla")
-    assert next(path for path, row in runs[1].items() if row["rule"]) == fastest[0]
-
-
 def test_the_formats_suite_alone(tmp_path, capsys):
     output = tmp_path / "formats.json"
     assert cli.main(["bench", "--suite", "formats", "--quick", "--output", str(output)]) == 0
