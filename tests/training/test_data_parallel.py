@@ -100,15 +100,15 @@ def one_device_run(small_npz, tmp_path_factory, jax_without_tensorflow):
 def test_two_devices_train_as_one_with_the_same_global_batch(
     small_npz, tmp_path, one_device_run, jax_without_tensorflow
 ):
+    odd_batch = train_command(small_npz, tmp_path / "odd", "--batch-size", "15", "--strategy", "data_parallel")
+    two_devices = train_command(small_npz, tmp_path / "run", "--strategy", "data_parallel")
     script = textwrap.dedent(f"""
         import sys
         from keras_attnconv.cli import main
 
         # A global batch the 2 devices cannot share: refused, naming it, before anything is written.
-        assert main({
-        train_command(small_npz, tmp_path / "odd", "--batch-size", "15", "--strategy", "data_parallel")!r
-    }) == 2
-        sys.exit(main({train_command(small_npz, tmp_path / "run", "--strategy", "data_parallel")!r}))
+        assert main({odd_batch!r}) == 2
+        sys.exit(main({two_devices!r}))
     """)
     result = subprocess.run(
         [sys.executable, "-c", script],
