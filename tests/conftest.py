@@ -81,12 +81,3 @@ def validation_counts(monkeypatch):
     monkeypatch.setattr(ClassifierConfig, "__post_init__", counting_validate)
     monkeypatch.setattr(ImageClassifier, "__init__", counting_construct)
     return counted
-
-
-@pytest.fixture(autouse=True)
-def package_cache(tmp_path_factory, monkeypatch):
-    """Each test's own cache directory (`KERAS_ATTNCONV_CACHE`): what one test measures or decodes is not
-    another's, and nothing is written to the user's ~/.cache."""
-    cache = tmp_path_factory.mktemp("cache")
-    monkeypatch.setenv("KERAS_ATTNCONV_CACHE", str(cache))
-    return cache

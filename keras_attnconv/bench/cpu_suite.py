@@ -34,7 +34,7 @@ from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.precision import check_precisions
-from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile_for
+from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.reports import json_settings, machine, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
@@ -257,7 +257,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
         for name in models:
             fastest = min(step_paths(), key=lambda jit: seconds[(name, jit)])
             forward_gflops = model_gflops(built[(name, fastest)])  # the same model on either path
-            rule = resolve_jit_compile_for(built[(name, fastest)], "auto", precision)
+            rule = resolve_jit_compile("auto", precision, gflops_per_image=forward_gflops)
             for jit in step_paths():
                 # Forward + backward ~ 3x the forward pass.
                 gflops = 3 * forward_gflops * model_batch / seconds[(name, jit)]

@@ -7,7 +7,7 @@ from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.quadratic_score import QuadraticScore
 from keras_attnconv.layers.siren_score import SirenScore
-from keras_attnconv.utils.checks import check_choice
+from keras_attnconv.utils.checks import check_choice, check_registered_name
 
 #: The position scores by name: the one list that `RelativeMultiHeadAttention`, `AttentionClassifier` and
 #: `build_model(..., position_score=name)` take a name from. A new score is a `PositionScore` subclass
@@ -31,8 +31,7 @@ def register_position_score(name, score_class):
     Returns:
         `score_class`.
     """
-    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"`name` must be a lower-case identifier. Received: name={name!r}")
+    check_registered_name("name", name)
     if name in POSITION_SCORES:
         raise ValueError(
             f"A position score is registered as {name!r} already ({POSITION_SCORES[name].__name__}). "

@@ -9,7 +9,6 @@ name or a preset directory (`from_preset` is its alias).
 import dataclasses
 import fnmatch
 import os
-import re
 
 import keras
 
@@ -17,11 +16,9 @@ from keras_attnconv.models.image_classifier import ClassifierConfig
 from keras_attnconv.models.model_card import ModelCard, PaperFigures, TrainedResult
 from keras_attnconv.models.presets import load_preset
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils.checks import check_seed, did_you_mean
+from keras_attnconv.utils.checks import check_registered_name, check_seed, did_you_mean
 
 _REGISTRY = {}
-# A registered name is also a directory name (runs, presets, exports) and a TF Serving model name.
-_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def register_model(name, config, paper, trained=()):
@@ -33,11 +30,7 @@ def register_model(name, config, paper, trained=()):
         paper: its `PaperFigures`.
         trained: `TrainedResult`s of this package's runs of it, most recent last.
     """
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(
-            "`name` must be lower-case letters, digits and underscores, starting with a letter. "
-            f"Received: name={name!r}"
-        )
+    check_registered_name("name", name)
     if name in _REGISTRY:
         raise ValueError(
             f"A model is registered as {name!r} already (a {type(_REGISTRY[name].config).__name__}). "
@@ -147,14 +140,14 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
     ('quadratic_tiny', 66544)
     """
     if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
-        card = get_model_card(name, or_else=" or a preset directory")
+        get_model_card(name, or_else=" or a preset directory")  # an unknown name: named, with the closest
         if load_weights is not True:
             raise ValueError(
                 f"`load_weights` is for a preset directory; {name!r} is a model name (its weights "
                 f"are new). Received: load_weights={load_weights!r}"
             )
         # The one validation of the config: the model is built from it, not from its fields again.
-        config = get_model_config(name, **overrides) if overrides else card.config
+        config = get_model_config(name, **overrides)
         dtype = dtype_policy(dtype)  # checked before the seed is set: a bad value changes nothing
         check_seed("seed", seed)
         if seed is not None:

@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from keras_attnconv.training.data import DatasetInfo, _channel_statistics
-from keras_attnconv.utils.files import cache_directory as package_cache_directory
 from keras_attnconv.utils.files import write_atomically
 from keras_attnconv.utils.reports import usable_cpus
 
@@ -43,8 +42,13 @@ CHUNK = 500  # images per task of the decoding pool
 
 
 def cache_directory():
-    """Where decoded folders are cached: `keras_attnconv.utils.files.cache_directory`'s ``image_folders``."""
-    return package_cache_directory("image_folders")
+    """Where decoded folders are cached: ``$KERAS_ATTNCONV_CACHE/image_folders``, else
+    ``$XDG_CACHE_HOME/keras_attnconv/image_folders``, else ``~/.cache/keras_attnconv/image_folders``."""
+    root = (
+        os.environ.get("KERAS_ATTNCONV_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keras_attnconv"
+    )
+    return Path(root).expanduser() / "image_folders"
 
 
 def check_exists(name):

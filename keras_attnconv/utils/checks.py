@@ -8,6 +8,7 @@ import difflib
 import math
 import numbers
 import os
+import re
 from pathlib import Path
 
 
@@ -94,6 +95,20 @@ def check_choice(name, value, choices):
         raise ValueError(
             f"`{name}` must be one of {', '.join(map(repr, choices))}."
             f"{did_you_mean(value, choices)} Received: {name}={value!r}"
+        )
+
+
+#: A name the package registers (a model, a position score): also a directory and a TF Serving model name.
+_REGISTERED_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def check_registered_name(name, value):
+    """Raises ValueError naming `name` unless `value` is lower-case letters, digits and underscores, starting
+    with a letter."""
+    if not isinstance(value, str) or not _REGISTERED_NAME.fullmatch(value):
+        raise ValueError(
+            f"`{name}` must be lower-case letters, digits and underscores, starting with a letter. "
+            f"Received: {name}={value!r}"
         )
 
 

@@ -131,17 +131,6 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
         )
 
 
-def cache_directory(kind):
-    """Where the package caches what it computed once, by `kind` (``"image_folders"``, ``"step_paths"``):
-    ``$KERAS_ATTNCONV_CACHE/<kind>``, else ``$XDG_CACHE_HOME/keras_attnconv/<kind>``, else
-    ``~/.cache/keras_attnconv/<kind>``."""
-    root = (
-        os.environ.get("KERAS_ATTNCONV_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "keras_attnconv"
-    )
-    return Path(root).expanduser() / kind
-
-
 def write_json(path, data):
     """Writes `data` as indented, key-sorted, strict JSON, atomically; a NaN or infinity is an error, nothing written.
 

@@ -9,6 +9,7 @@ import pytest
 from keras import ops
 
 from keras_attnconv.layers import (
+    POSITION_SCORES,
     DiagonalGaussianScore,
     GaussianScore,
     LearnedRelativeScore,
@@ -16,6 +17,7 @@ from keras_attnconv.layers import (
     RelativeMultiHeadAttention,
     SirenScore,
     get_position_score,
+    register_position_score,
 )
 
 
@@ -340,3 +342,19 @@ def test_siren_initialisation_follows_the_siren_paper():
 def test_siren_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SirenScore(2, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "name, score_class, message",
+    [
+        ("quadratic", SirenScore, "registered as 'quadratic' already \\(QuadraticScore\\)"),
+        ("_private", SirenScore, "starting with a letter. Received: name='_private'"),
+        ("Manhattan", SirenScore, "Received: name='Manhattan'"),
+        ("../x", SirenScore, "Received: name='../x'"),
+        ("manhattan", RelativeMultiHeadAttention, "a PositionScore subclass. Received: score_class="),
+    ],
+)
+def test_register_position_score_refuses_a_taken_or_bad_name_and_what_is_not_a_score(name, score_class, message):
+    with pytest.raises(ValueError, match=message):
+        register_position_score(name, score_class)
+    assert POSITION_SCORES["quadratic"] is QuadraticScore and "manhattan" not in POSITION_SCORES
