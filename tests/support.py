@@ -576,6 +576,29 @@ def tiny_model(name="tiny", seed=0):
     return ResNet(image_size=8, num_classes=3, blocks_per_stage=(1,), widths=(2,), name=name)
 
 
+def tiny_train_command(small_npz, run_dir, export_dir="none", runs_dir=None):
+    """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments: into `run_dir`, or a
+    directory of `runs_dir` where `run_dir` is None."""
+    return [
+        "train",
+        "--model",
+        "quadratic_tiny",
+        "--model-overrides",
+        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "--dataset",
+        small_npz,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "40",
+        "--jit-compile",
+        "false",
+        "--export-dir",
+        str(export_dir),
+        *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)]),
+    ]
+
+
 def served_config(root):
     """models.config parsed by TF Serving's own message: {name: (base_path, platform, served versions)}."""
     from google.protobuf import text_format

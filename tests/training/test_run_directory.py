@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from support import run_until_killed, snapshot
+from support import run_until_killed, snapshot, tiny_train_command
 
 from keras_attnconv import build_model, cli, save_to_preset
 from keras_attnconv.export.root import ExportRoot
@@ -37,28 +37,6 @@ def small_config(small_npz, run_dir=None, **overrides):
         "export_dir": None,
     }
     return TrainConfig(**{**values, **overrides})
-
-
-def train_command(small_npz, run_dir):
-    return [
-        "train",
-        "--model",
-        "quadratic_tiny",
-        "--model-overrides",
-        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
-        "--dataset",
-        small_npz,
-        "--epochs",
-        "1",
-        "--batch-size",
-        "40",
-        "--jit-compile",
-        "false",
-        "--export-dir",
-        "none",
-        "--run-dir",
-        str(run_dir),
-    ]
 
 
 def users_folder(path):
@@ -108,7 +86,7 @@ def test_what_is_not_a_run_of_the_package_is_refused_by_name_and_left_as_it_is(
 ):
     path = make(tmp_path / "proj")
     before, around = snapshot(path), snapshot(tmp_path)
-    assert cli.main(train_command(small_npz, path)) == 2
+    assert cli.main(tiny_train_command(small_npz, path)) == 2
     error = capsys.readouterr().err
     assert len(error.strip().splitlines()) == 1
     assert f"{path} holds" in error and re.search(holds, error), error
@@ -198,7 +176,7 @@ def test_a_mark_alone_licenses_no_change_to_what_is_beside_it(small_npz, tmp_pat
     path = tmp_path / "proj"
     make(path)
     before = snapshot(path)
-    assert cli.main(train_command(small_npz, path)) == 2
+    assert cli.main(tiny_train_command(small_npz, path)) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and f"Received: run_dir='{path}'" in error, error
     assert f"{path}" in error and says.format(elsewhere=tmp_path / "elsewhere") in error, error
@@ -296,7 +274,7 @@ def test_the_temporaries_of_killed_writers_are_removed_by_the_next_write_and_not
 def test_none_on_the_command_line_means_none(small_npz, tmp_path, monkeypatch, capsys):
     # --export-dir none: no export (the default root is not written); --seed none: no seed, recorded as such.
     monkeypatch.chdir(tmp_path)
-    assert cli.main([*train_command(small_npz, tmp_path / "run"), "--seed", "None"]) == 0
+    assert cli.main([*tiny_train_command(small_npz, tmp_path / "run"), "--seed", "None"]) == 0
     out = capsys.readouterr().out
     summary = json.loads(out[out.index("{\n") :])  # after the epoch lines
     assert summary["export"] is None and not (tmp_path / "saved_models").exists()

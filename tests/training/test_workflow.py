@@ -6,6 +6,7 @@ from pathlib import Path
 
 import keras
 import pytest
+from support import tiny_train_command
 
 from keras_attnconv import export
 from keras_attnconv.training import workflow
@@ -209,28 +210,6 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
     assert metadata_of(path)["at_chance"]["eval_examples"] == 500
 
 
-def train_command(small_npz, run_dir, export_dir, runs_dir=None):
-    """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments."""
-    return [
-        "train",
-        "--model",
-        "quadratic_tiny",
-        "--model-overrides",
-        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
-        "--dataset",
-        small_npz,
-        "--epochs",
-        "1",
-        "--batch-size",
-        "40",
-        "--jit-compile",
-        "false",
-        "--export-dir",
-        str(export_dir),
-        *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)]),
-    ]
-
-
 KILLED_TRAIN = """
 from keras_attnconv import cli
 from keras_attnconv.export.root import ExportRoot
@@ -256,7 +235,7 @@ def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_a
     from keras_attnconv import cli
 
     run, root = tmp_path / "run", tmp_path / "saved"
-    command = train_command(small_npz, run, root)
+    command = tiny_train_command(small_npz, run, root)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
     run_until_killed(KILLED_TRAIN.format(kill=kill, command=command))
     assert (root / "quadratic_tiny" / "1" / "saved_model.pb").exists()
@@ -286,7 +265,7 @@ def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_t
         name: tmp_path / value if value else None
         for name, value in (("run_dir", run_dir), ("export_dir", export_dir), ("runs_dir", runs_dir))
     }
-    assert cli.main(train_command(small_npz, paths["run_dir"], paths["export_dir"], paths["runs_dir"])) == 2
+    assert cli.main(tiny_train_command(small_npz, paths["run_dir"], paths["export_dir"], paths["runs_dir"])) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(paths["export_dir"]) in err
     assert str(paths["run_dir"] or paths["runs_dir"]) in err and "Received:" in err
