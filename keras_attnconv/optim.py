@@ -1,9 +1,14 @@
-"""The paper's optimisation: SGD with momentum and L2 weight decay, warm-up + cosine schedule.
+"""The paper's optimisation: SGD with momentum and L2 weight decay, warm-up + cosine schedule; and the
+label-smoothed loss, a training choice beyond the paper.
 
-Both are plain Keras objects (serializable, any backend), usable in a notebook::
+All are plain Keras objects (serializable, any backend), usable in a notebook::
 
     schedule = WarmupCosineDecay(0.1, total_steps=15_000, warmup_steps=750)
-    model.compile(optimizer=CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4), ...)
+    model.compile(
+        optimizer=CoupledWeightDecaySGD(schedule, momentum=0.9, weight_decay=1e-4),
+        loss=LabelSmoothingCrossentropy(0.1, from_logits=True),
+        metrics=["accuracy"],
+    )
 """
 
 import math
@@ -188,4 +193,53 @@ class CoupledWeightDecaySGD(keras.optimizers.Optimizer):
                 "no_decay_names": list(self.no_decay_names),
             }
         )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_attnconv")
+class LabelSmoothingCrossentropy(keras.losses.Loss):
+    """Cross-entropy of class-number labels against smoothed targets.
+
+    `keras.losses.SparseCategoricalCrossentropy` with the ``label_smoothing``
+    of `keras.losses.CategoricalCrossentropy`: the target of an example of
+    class ``y`` among ``K`` is ``(1 - label_smoothing) * one_hot(y) +
+    label_smoothing / K``, so the loss is ``(1 - label_smoothing) * -log p_y +
+    label_smoothing * mean_k(-log p_k)``, without building the one-hot
+    labels. It is computed in float32 whatever the logits' dtype.
+
+    Args:
+        label_smoothing: float in [0, 1); 0 is plain cross-entropy.
+        from_logits: whether `y_pred` are logits (the package's models) or probabilities.
+        reduction, name, dtype: as for any `keras.losses.Loss`.
+    """
+
+    def __init__(
+        self,
+        label_smoothing=0.1,
+        from_logits=False,
+        reduction="sum_over_batch_size",
+        name="label_smoothing_crossentropy",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if isinstance(label_smoothing, bool) or not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1). Received: label_smoothing={label_smoothing!r}")
+        self.label_smoothing = float(label_smoothing)
+        self.from_logits = bool(from_logits)
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.cast(y_pred, "float32")
+        if self.from_logits:
+            log_probabilities = ops.log_softmax(y_pred, axis=-1)
+        else:  # as Keras does for probabilities: clipped away from 0 before the log
+            epsilon = keras.backend.epsilon()
+            log_probabilities = ops.log(ops.clip(y_pred, epsilon, 1.0 - epsilon))
+        labels = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "int32")
+        true_class = -ops.take_along_axis(log_probabilities, ops.expand_dims(labels, -1), axis=-1)[..., 0]
+        uniform = -ops.mean(log_probabilities, axis=-1)
+        return (1.0 - self.label_smoothing) * true_class + self.label_smoothing * uniform
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"label_smoothing": self.label_smoothing, "from_logits": self.from_logits})
         return config

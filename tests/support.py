@@ -576,6 +576,29 @@ def tiny_model(name="tiny", seed=0):
     return ResNet(image_size=8, num_classes=3, blocks_per_stage=(1,), widths=(2,), name=name)
 
 
+#: A one-layer quadratic_tiny: the smallest attention model that trains on real images in seconds.
+SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
+
+
+def small_config(small_npz, run_dir, **overrides):
+    """A `TrainConfig` of two short epochs of `SMALL_MODEL` on `small_npz`, in `run_dir`, nothing exported."""
+    from keras_attnconv.training.recipe import TrainConfig
+
+    values = {
+        "name": "small",
+        "model": "quadratic_tiny",
+        "model_overrides": SMALL_MODEL,
+        "dataset": small_npz,
+        "epochs": 2,
+        "batch_size": 20,
+        "run_dir": run_dir and str(run_dir),
+        "verbose": 0,
+        "jit_compile": False,
+        "export_dir": None,
+    }
+    return TrainConfig(**{**values, **overrides})
+
+
 def tiny_train_command(small_npz, run_dir, export_dir="none", runs_dir=None):
     """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments: into `run_dir`, or a
     directory of `runs_dir` where `run_dir` is None."""

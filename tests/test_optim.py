@@ -8,7 +8,7 @@ import pytest
 from keras import ops
 
 import keras_attnconv
-from keras_attnconv.optim import CoupledWeightDecaySGD, WarmupCosineDecay
+from keras_attnconv.optim import CoupledWeightDecaySGD, LabelSmoothingCrossentropy, WarmupCosineDecay
 from keras_attnconv.training.recipe import RECIPES_DIR
 
 
@@ -149,3 +149,50 @@ def test_the_official_recipes_spare_exactly_the_centers_and_spreads_from_weight_
     spared = [w for w in weights if np.array_equal(ops.convert_to_numpy(w), np.ones(w.shape))]
     assert {w.name for w in weights} >= spared_names  # the kind is there
     assert sorted(w.path for w in spared) == sorted(w.path for w in weights if w.name in spared_names)
+
+
+def _losses_of(loss, labels, predictions):
+    return ops.convert_to_numpy(loss(labels, predictions))
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("from_logits", [True, False])
+def test_label_smoothing_crossentropy_is_keras_categorical_crossentropy_of_one_hot_labels(label_smoothing, from_logits):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, size=8)
+    logits = rng.normal(scale=3.0, size=(8, 10)).astype("float32")
+    predictions = logits if from_logits else ops.convert_to_numpy(ops.softmax(logits))
+    reference = keras.losses.CategoricalCrossentropy(from_logits=from_logits, label_smoothing=label_smoothing)
+    ours = LabelSmoothingCrossentropy(label_smoothing, from_logits=from_logits)
+    expected = _losses_of(reference, np.eye(10, dtype="float32")[labels], predictions)
+    np.testing.assert_allclose(_losses_of(ours, labels, predictions), expected, rtol=1e-5)
+    # Labels shaped (N, 1), as Keras' sparse losses take them too, give the same loss.
+    np.testing.assert_allclose(_losses_of(ours, labels[:, None], predictions), expected, rtol=1e-5)
+
+
+def test_label_smoothing_zero_is_sparse_categorical_crossentropy_and_half_precision_logits_are_computed_in_float32():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 10, size=8)
+    logits = rng.normal(scale=3.0, size=(8, 10)).astype("float32")
+    sparse = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    np.testing.assert_allclose(
+        _losses_of(LabelSmoothingCrossentropy(0.0, from_logits=True), labels, logits),
+        _losses_of(sparse, labels, logits),
+        rtol=1e-6,
+    )
+    loss = LabelSmoothingCrossentropy(0.1, from_logits=True)
+    half = loss(labels, ops.cast(logits, "float16"))
+    assert keras.backend.standardize_dtype(half.dtype) == "float32"
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(half), _losses_of(loss, labels, logits.astype("float16").astype("float32")), rtol=1e-6
+    )
+
+
+def test_label_smoothing_crossentropy_serializes_and_rejects_bad_values():
+    loss = LabelSmoothingCrossentropy(0.2, from_logits=True)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert isinstance(clone, LabelSmoothingCrossentropy)
+    assert (clone.label_smoothing, clone.from_logits) == (0.2, True)
+    for bad in (-0.1, 1.0, True):
+        with pytest.raises(ValueError, match=rf"label_smoothing={bad!r}"):
+            LabelSmoothingCrossentropy(bad)

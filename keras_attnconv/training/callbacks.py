@@ -1,6 +1,6 @@
 """Training callbacks whose files survive a crash: resumable backups, best checkpoint, NaN stop, the stop of a run
 that learned nothing (and its rule, `at_chance`, which the export applies too); the learning rate in each epoch's
-logs."""
+logs; the averaged weights for validation and the best checkpoint."""
 
 import json
 import math
@@ -361,3 +361,38 @@ class BestCheckpoint(keras.callbacks.Callback):
         if best is None or self.better(float(value), best):
             write_atomically(self.filepath, lambda tmp: self.model.save(tmp))
             write_json(self.record, {self.monitor: float(value), "epoch": epoch + 1})
+
+
+class WithAveragedWeights(keras.callbacks.SwapEMAWeights):
+    """Validation, and the epoch end of `callbacks`, on the optimizer's averaged weights (Keras' ``use_ema``).
+
+    `keras.callbacks.SwapEMAWeights` swaps the averages into the model for
+    validation; its ``swap_on_epoch=True`` would leave them in for every
+    callback after it, the backup too, which would then save the averages as
+    the trained weights and a resumed run would train on from them. Here the
+    averages are in the model only while `callbacks` (e.g. `BestCheckpoint`)
+    handle the epoch's end, and swapped back before the next callback. Give
+    it callbacks that act at an epoch's end only.
+    """
+
+    def __init__(self, *callbacks):
+        super().__init__(swap_on_epoch=False)
+        self.callbacks = callbacks
+
+    def set_model(self, model):
+        super().set_model(model)
+        for callback in self.callbacks:
+            callback.set_model(model)
+
+    def set_params(self, params):
+        super().set_params(params)
+        for callback in self.callbacks:
+            callback.set_params(params)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._swap_variables()
+        try:
+            for callback in self.callbacks:
+                callback.on_epoch_end(epoch, logs)
+        finally:
+            self._swap_variables()

@@ -31,6 +31,7 @@ from keras_attnconv.training.callbacks import (
     ResumableBackup,
     StopOnNonFiniteLoss,
     StopWhenNothingLearned,
+    WithAveragedWeights,
     csv_columns,
     csv_history,
     first_epoch_after_warmup,
@@ -139,7 +140,7 @@ def _save_best_as_preset(config, plan, run):
     if run.preset_dir.exists():
         return run.preset_dir
     best = run.load_best_checkpoint()
-    best.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    best.compile(loss=run_loss(config), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
     record = json.loads(run.best_record.read_text())
     metrics = {
@@ -160,16 +161,32 @@ def _save_best_as_preset(config, plan, run):
 
 
 def run_optimizer(config, schedule):
-    """The optimizer of a run: `CoupledWeightDecaySGD` with the recipe's momentum, decay and exemptions."""
+    """The optimizer of a run: `CoupledWeightDecaySGD` with the recipe's momentum, decay, exemptions and averaging."""
     from keras_attnconv.layers import CENTER_AND_SPREAD_WEIGHTS
     from keras_attnconv.optim import CoupledWeightDecaySGD
 
+    averaging = {"use_ema": True, "ema_momentum": config.ema_momentum} if config.ema_momentum else {}
     return CoupledWeightDecaySGD(
         schedule,
         momentum=config.momentum,
         weight_decay=config.weight_decay,
         no_decay_names=() if config.decay_centers_and_spreads else CENTER_AND_SPREAD_WEIGHTS,
+        **averaging,
     )
+
+
+def run_loss(config):
+    """The loss of a run: Keras' cross-entropy of the logits, label-smoothed where the recipe asks."""
+    from keras_attnconv.optim import LabelSmoothingCrossentropy
+
+    if config.label_smoothing:
+        return LabelSmoothingCrossentropy(config.label_smoothing, from_logits=True)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _with_averaged_weights(config, *callbacks):
+    """`callbacks` as they are, or run with the averaged weights in the model (validation too) for `ema_momentum`."""
+    return [WithAveragedWeights(*callbacks)] if config.ema_momentum else list(callbacks)
 
 
 def _fit(config, plan, run, resume_from=None):
@@ -199,7 +216,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         # The model's dtype policy makes `compile` wrap the optimizer in a LossScaleOptimizer for mixed_float16.
         model.compile(
             optimizer=run_optimizer(config, plan.schedule),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=run_loss(config),
             metrics=["accuracy"],
             jit_compile=jit_compile,
         )
@@ -231,7 +248,9 @@ def _fit_in_scope(config, plan, run, resume_from):
                 len(plan.eval_batches.labels),
                 first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch),
             ),
-            BestCheckpoint(run.best_checkpoint),
+            # With weight averaging, validation and the best checkpoint see the averaged weights, the backup the
+            # trained ones (and the averages as optimizer variables), so that a resumed run trains on as before.
+            *_with_averaged_weights(config, BestCheckpoint(run.best_checkpoint)),
             *_logging_callbacks(run),
             throughput,
             *_center_tracking(model, run, initial_epoch),

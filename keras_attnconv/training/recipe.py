@@ -55,6 +55,14 @@ class TrainConfig:
     epochs), but at least ``min_warmup_epochs`` (at most half the run): a
     recipe shortened with ``--epochs`` keeps a warm-up the paper's models
     survive (`keras_attnconv.optim.run_schedule`).
+
+    Two training choices go beyond the paper, both off by default and in
+    the paper's recipes: ``label_smoothing`` (the loss'
+    targets, `keras_attnconv.optim.LabelSmoothingCrossentropy`; 0: the
+    paper's cross-entropy) and ``ema_momentum`` (0: off; e.g. 0.999: the
+    weights validated each epoch, kept as the best checkpoint, evaluated at
+    the end and exported are an exponential moving average of the trained
+    ones, Keras' ``use_ema``; training itself follows the raw weights).
     """
 
     name: str = "run"
@@ -69,6 +77,8 @@ class TrainConfig:
     learning_rate: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 1e-4
+    label_smoothing: float = 0.0
+    ema_momentum: float = 0.0
     warmup_ratio: float = 0.05
     min_warmup_epochs: float = 6.0
     schedule: str = "per_step"
@@ -105,6 +115,8 @@ class TrainConfig:
         check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
         check_real("momentum", self.momentum, 0.0, 1.0, high_open=True)
         check_real("weight_decay", self.weight_decay, low=0.0)
+        check_real("label_smoothing", self.label_smoothing, 0.0, 1.0, high_open=True)
+        check_real("ema_momentum", self.ema_momentum, 0.0, 1.0, high_open=True)
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
         check_real("min_warmup_epochs", self.min_warmup_epochs, low=0.0)
         check_bool("download", self.download)

@@ -3,6 +3,7 @@
 import dataclasses
 import itertools
 
+from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.run_directory import RunDirectory
 
 
@@ -46,7 +47,14 @@ def resolved_config(config, run):
 
 
 def same_run(saved, resolved):
-    """The fields (other than verbosity, place and export) in which two resolved configs differ."""
+    """The fields (other than verbosity, place and export) in which two resolved configs differ.
+
+    A field that a run written by an earlier version does not have counts
+    as its default, the behaviour that version had: adding a field never
+    makes an unfinished run of before unresumable.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    saved = {**defaults, **saved}
     ignored = ("verbose", "run_dir", "export_dir")
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from support import SMALL_MODEL, small_config
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
@@ -22,23 +23,6 @@ from keras_attnconv.training.workflow import train_and_export
 from keras_attnconv.utils.ownership import write_mark
 
 RECIPES = sorted(RECIPES_DIR.glob("*.toml"))
-SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
-
-
-def small_config(small_npz, run_dir, **overrides):
-    values = {
-        "name": "small",
-        "model": "quadratic_tiny",
-        "model_overrides": SMALL_MODEL,
-        "dataset": small_npz,
-        "epochs": 2,
-        "batch_size": 20,
-        "run_dir": run_dir and str(run_dir),
-        "verbose": 0,
-        "jit_compile": False,
-        "export_dir": None,
-    }
-    return TrainConfig(**{**values, **overrides})
 
 
 def test_a_run_writes_its_directory(small_npz, tmp_path):

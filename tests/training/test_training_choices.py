@@ -1,0 +1,119 @@
+"""Specifications of the training choices beyond the paper: label smoothing and weight averaging (`ema_momentum`)."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from support import SMALL_MODEL, small_config
+
+from keras_attnconv.optim import LabelSmoothingCrossentropy
+from keras_attnconv.training.fit import run_loss, train
+from keras_attnconv.training.input_pipeline import EpochSync
+from keras_attnconv.training.recipe import TrainConfig, load_recipe
+from keras_attnconv.training.runs import same_run
+
+#: Few steps with a short average (momentum 0.5), so that the averaged weights differ clearly from the trained ones.
+CHOICES = {
+    "label smoothing": {"label_smoothing": 0.2},
+    "weight averaging": {"ema_momentum": 0.5},
+    "both": {"label_smoothing": 0.2, "ema_momentum": 0.5},
+}
+
+
+def _best_epoch_evaluation(run, config):
+    """The run's best checkpoint evaluated with the run's loss, and that epoch's validation figures from history.csv."""
+    from keras_attnconv.training.plan import plan_run
+
+    best = keras.saving.load_model(run / "checkpoints" / "best.keras", compile=False)
+    best.compile(loss=run_loss(config), metrics=["accuracy"])
+    loss, accuracy = best.evaluate(plan_run(config).eval_batches, verbose=0)
+    epoch = json.loads((run / "checkpoints" / "best.json").read_text())["epoch"]
+    rows = (run / "history.csv").read_text().splitlines()
+    header, row = rows[0].split(","), rows[epoch].split(",")
+    logged = dict(zip(header, row))
+    return (loss, accuracy), (float(logged["val_loss"]), float(logged["val_accuracy"]))
+
+
+@pytest.mark.parametrize("choice", CHOICES)
+def test_the_best_checkpoint_holds_the_weights_that_were_validated_with_the_runs_loss(choice, small_npz, tmp_path):
+    # The epoch's validation loss is recomputed from the saved checkpoint: with weight averaging both must be the
+    # averaged weights (the trained ones give another loss), with label smoothing both the smoothed loss.
+    config = small_config(small_npz, tmp_path / "run", steps_per_epoch=4, **CHOICES[choice])
+    train(config)
+    (loss, accuracy), (logged_loss, logged_accuracy) = _best_epoch_evaluation(tmp_path / "run", config)
+    assert loss == pytest.approx(logged_loss, rel=1e-5)
+    assert accuracy == pytest.approx(logged_accuracy, abs=1e-6)
+
+
+def test_weight_averaging_changes_what_is_validated_and_kept_but_not_what_is_trained(small_npz, tmp_path):
+    plain = small_config(small_npz, tmp_path / "plain", steps_per_epoch=4)
+    averaged = small_config(small_npz, tmp_path / "averaged", steps_per_epoch=4, ema_momentum=0.5)
+    train(plain)
+    train(averaged)
+    plain_history = json.loads((tmp_path / "plain" / "metrics.json").read_text())["history"]
+    averaged_history = json.loads((tmp_path / "averaged" / "metrics.json").read_text())["history"]
+    # The same training steps (the averages never feed back into training): the same training losses.
+    np.testing.assert_allclose(averaged_history["loss"], plain_history["loss"], rtol=1e-5)
+    assert averaged_history["val_loss"] != pytest.approx(plain_history["val_loss"], rel=1e-4)
+    # The backup holds the trained weights, which a resumed run trains on: those of the plain run.
+    plain_backup = np.load(tmp_path / "plain" / "backup" / "epoch-00002" / "model.npz")
+    averaged_backup = np.load(tmp_path / "averaged" / "backup" / "epoch-00002" / "model.npz")
+    for name in plain_backup.files:
+        np.testing.assert_allclose(averaged_backup[name], plain_backup[name], rtol=1e-5, atol=1e-6)
+
+
+def test_a_resumed_run_with_both_choices_has_the_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch):
+    config = dict(
+        epochs=3,
+        steps_per_epoch=3,
+        model_overrides={**SMALL_MODEL, "dropout": 0.3},
+        label_smoothing=0.2,
+        ema_momentum=0.5,
+    )
+    train(small_config(small_npz, tmp_path / "whole", **config))
+    synced = EpochSync.on_epoch_begin
+
+    def crash_before_the_third_epoch(self, epoch, logs=None):
+        if epoch == 2:
+            raise KeyboardInterrupt("simulated crash")
+        synced(self, epoch, logs)
+
+    monkeypatch.setattr(EpochSync, "on_epoch_begin", crash_before_the_third_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train(small_config(small_npz, tmp_path / "resumed", **config))
+    monkeypatch.setattr(EpochSync, "on_epoch_begin", synced)
+    keras.utils.set_random_seed(999)  # a fresh process: nothing global carries over
+    train(small_config(small_npz, tmp_path / "resumed", **config))
+    whole = (tmp_path / "whole" / "history.csv").read_text().splitlines()
+    resumed = (tmp_path / "resumed" / "history.csv").read_text().splitlines()
+    assert len(whole) == 4 and resumed == whole
+    for name in ("whole", "resumed"):  # the final weights are the averages, and what was evaluated at the end
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert metrics["eval_loss"] == pytest.approx(metrics["history"]["val_loss"][-1], rel=1e-5)
+
+
+def test_a_label_smoothed_checkpoint_reloads_with_its_loss(small_npz, tmp_path):
+    train(small_config(small_npz, tmp_path / "run", epochs=1, steps_per_epoch=2, label_smoothing=0.1))
+    reloaded = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras")  # compiled, as saved
+    assert isinstance(reloaded.loss, LabelSmoothingCrossentropy)
+    assert reloaded.loss.label_smoothing == 0.1
+
+
+def test_the_paper_recipes_keep_the_papers_loss_and_weights():
+    config = load_recipe("quadratic")
+    assert (config.label_smoothing, config.ema_momentum) == (0.0, 0.0)
+    assert isinstance(run_loss(config), keras.losses.SparseCategoricalCrossentropy)
+
+
+@pytest.mark.parametrize("field, value", [("label_smoothing", 1.0), ("label_smoothing", -0.1), ("ema_momentum", 1.0)])
+def test_bad_choices_are_named(field, value):
+    with pytest.raises(ValueError, match=f"{field}={value!r}"):
+        TrainConfig(**{field: value})
+
+
+def test_a_run_recorded_before_the_choices_existed_is_the_same_run_with_them_off():
+    resolved = {**vars(TrainConfig()), "run_dir": "runs/run"}
+    recorded_before = {k: v for k, v in resolved.items() if k not in ("label_smoothing", "ema_momentum")}
+    assert same_run(recorded_before, resolved) == []
+    assert same_run(recorded_before, {**resolved, "label_smoothing": 0.1}) == ["label_smoothing"]
