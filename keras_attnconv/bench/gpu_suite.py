@@ -213,6 +213,10 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
         # An unknown name (with the closest ones) or a size the model cannot take fails here, not in a worker.
         get_model_config(model, image_size=settings["image_size"])
     code = code_digest()
+    # A file goes on with the same settings and `code` alone: one written before files recorded the package's
+    # commit (`write_report`'s "package") is taken like any other. Its "package" is the last writer's: the rows
+    # of earlier calls may have come from other commits, but the same `code` means the same Python sources of
+    # the package, so those commits differ only elsewhere (documents, tests, results), not in what measured.
     results = _previous_results(output, settings, code)
     if results is None:
         references = run_in_workers("gpu-references", [settings], concurrently=False)[0]

@@ -1,10 +1,12 @@
-"""Reports of measurements: a JSON file and its markdown twin, with the machine they were measured on."""
+"""Reports of measurements: a JSON file and its markdown twin, with the machine and code that measured them."""
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import pathlib
 import platform
+import sys
 
 from keras_attnconv.utils.files import write_atomically, write_json
 
@@ -12,6 +14,8 @@ from keras_attnconv.utils.files import write_atomically, write_json
 BFLOAT16_UNITS = {"amx_bf16": "AMX", "avx512_bf16": "AVX-512 BF16"}
 # The vector units reported beside CPU figures, widest first.
 VECTOR_UNITS = {"avx512f": "AVX-512", "avx2": "AVX2"}
+# The libraries each Keras backend computes with, whose versions a results file records beside Keras' and NumPy's.
+BACKEND_LIBRARIES = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",), "numpy": ()}
 
 
 def report_paths(output):
@@ -45,7 +49,6 @@ def package_revision():
     The commit is None for an installed package (no checkout), and ends in ``+changes`` where the checkout's
     package or tests differ from it: results files say which code made them.
     """
-    import importlib.metadata
     import subprocess
 
     try:
@@ -70,8 +73,56 @@ def package_revision():
     return {"version": version, "commit": commit}
 
 
+def library_versions(backend=None):
+    """The versions of Keras, NumPy and the libraries of `backend` (default: the running one), by module name.
+
+    A library this process has loaded gives its own ``__version__``; another one (the backend of a worker
+    process, where it is not this process's) the version of its installed distribution, None if none is.
+    """
+    import keras  # here, not at the top: the rest of this module must not load a framework
+
+    names = ("keras", "numpy", *BACKEND_LIBRARIES.get(backend or keras.backend.backend(), ()))
+    return {name: _module_version(name) for name in names}
+
+
+def _module_version(name):
+    module = sys.modules.get(name)
+    if getattr(module, "__version__", None):
+        return module.__version__
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def record_provenance(results):
+    """Adds to the dict `results` what produced them, and returns it: every results file says so.
+
+    ``"package"``: the package's version and git commit (`package_revision`), the code that writes the file,
+    replacing an earlier one's. The versions of Keras, NumPy and the backend's libraries (`library_versions`,
+    of the backend the results name) go into the results' own record of where they ran, ``"device"``
+    (`device_description`) or else ``"machine"`` (`machine`), as far as it lacks them: a record from a
+    worker process keeps the worker's versions. Results with neither record get them as ``"libraries"``.
+    """
+    records = [key for key in ("device", "machine") if isinstance(results.get(key), dict)]
+    recorded = {name: value for key in records for name, value in results[key].items()}
+    backend = recorded.get("backend")
+    missing = {name: v for name, v in library_versions(backend).items() if name not in recorded}
+    if missing:
+        key = records[0] if records else "libraries"
+        # A new dict, not an update of the suite's own: a worker's record may be shared with other results.
+        results[key] = {**results.get(key, {}), **missing}
+    results["package"] = package_revision()
+    return results
+
+
 def write_report(output, results, markdown):
-    """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`)."""
+    """Writes `results` as JSON and the `markdown` text beside it, each atomically (`report_paths`).
+
+    The JSON says what produced it (`record_provenance`): the package's revision and the libraries' versions,
+    added to `results` itself, so that the results a suite returns are the ones it wrote.
+    """
+    record_provenance(results)
     json_path, markdown_path = report_paths(output)
     write_json(json_path, results)
     write_atomically(markdown_path, lambda tmp: tmp.write_text(markdown.rstrip("\n") + "\n"))
@@ -108,26 +159,20 @@ def _cpu_report():
 def device_description():
     """The device the backend computes on, the backend's version and the machine (for results files)."""
     import keras  # here, not at the top: the rest of this module must not load a framework
-    import numpy as np
 
     backend = keras.backend.backend()
-    description = {**machine(), "numpy": np.__version__}
+    description = {**machine(), **library_versions(backend)}
     if backend == "jax":
         import jax
-        import jaxlib
 
         device = jax.local_devices()[0]
-        description.update(
-            device=f"{device.device_kind} ({device.platform})", jax=jax.__version__, jaxlib=jaxlib.__version__
-        )
+        description["device"] = f"{device.device_kind} ({device.platform})"
     elif backend == "tensorflow":
         import tensorflow as tf
 
         gpus = tf.config.list_physical_devices("GPU")
         name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else None
-        description.update(
-            device=f"{name} (gpu)" if gpus else f"{cpu_capabilities()['model']} (cpu)", tensorflow=tf.__version__
-        )
+        description["device"] = f"{name} (gpu)" if gpus else f"{cpu_capabilities()['model']} (cpu)"
     else:
         description["device"] = "unknown"
     return description

@@ -14,6 +14,7 @@ from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, formats, gpu_suite
 from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
+from keras_attnconv.utils.reports import package_revision
 
 
 def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch):
@@ -332,6 +333,38 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
     monkeypatch.setattr(gpu_suite, "code_digest", lambda: "changed")
     bench.run_gpu_benchmark(output=str(output), batch=50)
     assert measured.count("references") == 3 and json.loads(output.read_text())["code"] == "changed"
+
+
+def test_gpu_suite_goes_on_from_a_file_written_before_files_recorded_the_package_revision(tmp_path, monkeypatch):
+    measured = []
+
+    def fake_workers(kind, cases, concurrently):
+        if kind == "gpu-references":
+            measured.append("references")
+            return [FAKE_GPU_REFERENCES]
+        (case,) = cases
+        if len(measured) == 3 and "crash" not in measured:
+            measured.append("crash")
+            raise RuntimeError("time limit")
+        measured.append(gpu_suite._case_key(case))
+        return [fake_gpu_row(case)]
+
+    monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
+    output = tmp_path / "gpu.json"
+    with pytest.raises(RuntimeError, match="time limit"):
+        bench.run_gpu_benchmark(output=str(output))
+    earlier = json.loads(output.read_text())
+    assert earlier["package"] == package_revision() and earlier["device"]["keras"] == keras.__version__
+    # As the committed results files are: no "package", and the device record as the references worker wrote it.
+    del earlier["package"]
+    earlier["device"] = FAKE_GPU_REFERENCES["device"]
+    output.write_text(json.dumps(earlier))
+    results = bench.run_gpu_benchmark(output=str(output))
+    assert measured.count("references") == 1  # gone on from the file, not started over
+    assert [gpu_suite._case_key(row) for row in results["rows"]] == [
+        gpu_suite._case_key(case) for case in gpu_suite.cases(bench.GPU_FULL)
+    ]
+    assert json.loads(output.read_text()) == results and results["package"] == package_revision()
 
 
 def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, monkeypatch):
