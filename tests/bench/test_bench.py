@@ -298,9 +298,8 @@ def fake_gpu_row(case):
     }
 
 
-def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch):
-    # A run cut off by a time limit keeps its finished cases; the same command finishes the table.
-    measured = []
+def workers_cut_off_after_two_cases(measured):
+    """Fake GPU workers that measure the references, then two cases, then hit a time limit once; `measured` logs it."""
 
     def fake_workers(kind, cases, concurrently):
         if kind == "gpu-references":
@@ -313,7 +312,13 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
         measured.append(gpu_suite._case_key(case))
         return [fake_gpu_row(case)]
 
-    monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
+    return fake_workers
+
+
+def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch):
+    # A run cut off by a time limit keeps its finished cases; the same command finishes the table.
+    measured = []
+    monkeypatch.setattr(gpu_suite, "run_in_workers", workers_cut_off_after_two_cases(measured))
     output = tmp_path / "gpu.json"
     all_cases = [gpu_suite._case_key(case) for case in gpu_suite.cases(bench.GPU_FULL)]
     try:
@@ -337,19 +342,7 @@ def test_gpu_suite_goes_on_from_the_cases_already_measured(tmp_path, monkeypatch
 
 def test_gpu_suite_goes_on_from_a_file_written_before_files_recorded_the_package_revision(tmp_path, monkeypatch):
     measured = []
-
-    def fake_workers(kind, cases, concurrently):
-        if kind == "gpu-references":
-            measured.append("references")
-            return [FAKE_GPU_REFERENCES]
-        (case,) = cases
-        if len(measured) == 3 and "crash" not in measured:
-            measured.append("crash")
-            raise RuntimeError("time limit")
-        measured.append(gpu_suite._case_key(case))
-        return [fake_gpu_row(case)]
-
-    monkeypatch.setattr(gpu_suite, "run_in_workers", fake_workers)
+    monkeypatch.setattr(gpu_suite, "run_in_workers", workers_cut_off_after_two_cases(measured))
     output = tmp_path / "gpu.json"
     with pytest.raises(RuntimeError, match="time limit"):
         bench.run_gpu_benchmark(output=str(output))

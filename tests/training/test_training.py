@@ -393,11 +393,17 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz
     assert not (run / "metrics.json").exists()
 
 
-def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch):
+# The training choices beyond the paper too: the weight averages are optimizer variables, which the backup keeps.
+@pytest.mark.parametrize(
+    "choices", [{}, {"label_smoothing": 0.2, "ema_momentum": 0.5}], ids=["paper", "label smoothing and averaging"]
+)
+def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch, choices):
     # Data order, augmentation and dropout (0.1 in the tiny model) all depend on the seed and the epoch.
     from keras_attnconv.training.input_pipeline import EpochSync
 
-    config = dict(epochs=3, steps_per_epoch=3, jit_compile=True, model_overrides={**SMALL_MODEL, "dropout": 0.3})
+    config = dict(
+        epochs=3, steps_per_epoch=3, jit_compile=True, model_overrides={**SMALL_MODEL, "dropout": 0.3}, **choices
+    )
     train(small_config(small_npz, tmp_path / "whole", **config))
     synced = EpochSync.on_epoch_begin
 
