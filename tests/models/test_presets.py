@@ -355,12 +355,23 @@ def with_weights_of(**overrides):
     return damage
 
 
-def test_a_compiled_models_preset_with_its_optimizer_state_loads(tmp_path):
+def test_a_compiled_models_preset_holds_the_model_alone_and_the_model_keeps_its_optimizer(tmp_path):
+    import h5py
+
     model = small_model()
     model.compile(optimizer="sgd", loss="mse")
-    model.optimizer.build(model.trainable_variables)  # its state is saved beside the model's weights
-    restored = from_preset(save_to_preset(model, tmp_path / "p"))
-    np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
+    optimizer = model.optimizer
+    optimizer.build(model.trainable_variables)  # Keras' save_weights would save its state beside the weights
+    preset = save_to_preset(model, tmp_path / "p")
+    with h5py.File(preset / "model.weights.h5", "r") as weights:
+        assert sorted(weights) == ["layers", "vars"]  # no "optimizer": a preset is the model, not its training
+    assert model.optimizer is optimizer
+    np.testing.assert_array_equal(outputs(from_preset(preset), images()), outputs(model, images()))
+    # A preset written before, with the optimizer's state in its weights file, still loads.
+    model.save_weights(preset / "model.weights.h5")
+    with h5py.File(preset / "model.weights.h5", "r") as weights:
+        assert "optimizer" in weights
+    np.testing.assert_array_equal(outputs(from_preset(preset), images()), outputs(model, images()))
 
 
 def without_a_weight(path):
