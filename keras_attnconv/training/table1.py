@@ -9,6 +9,7 @@ accuracy with its standard error beside Table 1's figure; the data by name
 and digest; what is not measured yet, said so.
 """
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -34,6 +35,30 @@ def file_digest(path):
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
+
+
+def changes_from_recipe(config):
+    """The settings in which a run's `config` differs from the package recipe it is named after, or None.
+
+    None where the run's name is no recipe of the package (a run named by its
+    user); ``{}`` where it trained the recipe as it is. A recipe changed on the
+    command line (``--epochs 20``, ``--label-smoothing 0.1``) is thus never
+    shown as the recipe itself. Where it ran (`_PLACES`) is no change.
+    """
+    from keras_attnconv.training.recipe import load_recipe, recipe_names
+
+    if config["name"] not in recipe_names():
+        return None
+    recipe = dataclasses.asdict(load_recipe(config["name"]))
+    compared = [k for k in sorted(config) if k in recipe and k not in (*_PLACES, "name")]
+    return {k: config[k] for k in compared if config[k] != recipe[k]}
+
+
+def _recipe_label(record):
+    """The run's recipe as the tables show it: its name, and what the run changed of it."""
+    changes = record.get("changes") or {}
+    changed = ", ".join(f"{k} {json.dumps(v)}" for k, v in changes.items())
+    return f"`{record['recipe']}`" + (f" (changed: {changed})" if changed else "")
 
 
 def run_record(path, device=None):
@@ -67,6 +92,7 @@ def run_record(path, device=None):
         "libraries": ", ".join(f"{name} {machine[name]}" for name in _LIBRARIES if name in machine) or None,
         "commit": (metrics or {}).get("package", {}).get("commit"),
         "settings": {k: v for k, v in sorted(config.items()) if k not in _PLACES},
+        "changes": changes_from_recipe(config),
         "epochs": config["epochs"],
         "epochs_completed": len(history.get("val_accuracy", [])),
         "finished": metrics is not None,
@@ -162,7 +188,7 @@ def table1_rows(report):
                 _percent(paper),
                 f"{_percent(run['test_accuracy'], 2)} ± {_percent(run['standard_error'], 2)}",
                 f"{100 * (run['test_accuracy'] - paper):+.1f}",
-                f"`{run['recipe']}`",
+                _recipe_label(run),
                 f"{run['epochs']}",
                 f"{run['training_minutes']:.1f}",
                 run["device"],
@@ -199,8 +225,9 @@ def table1_markdown(report):
         "",
     ]
     lines += [
-        f"- `{r['recipe']}`: package commit {r['commit']}, {r['device']}, {r['libraries'] or 'libraries not recorded'}"
-        for r in report["runs"]
+        f"- {_recipe_label(run)}: package commit {run['commit']}, {run['device']}, "
+        f"{run['libraries'] or 'libraries not recorded'}"
+        for run in report["runs"]
     ]
     stopped = [r for r in report["runs"] if not r["finished"]]
     if stopped:

@@ -1,5 +1,6 @@
 """Specifications of the Table 1 results file: what it records of real runs, and the runs it refuses."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -9,8 +10,14 @@ import pytest
 from keras_attnconv.cli import main
 from keras_attnconv.models import get_paper_figures
 from keras_attnconv.training.fit import train
-from keras_attnconv.training.recipe import TrainConfig
-from keras_attnconv.training.table1 import TABLE1_HEADER, table1_report, table1_rows
+from keras_attnconv.training.recipe import TrainConfig, load_recipe
+from keras_attnconv.training.table1 import (
+    TABLE1_HEADER,
+    changes_from_recipe,
+    table1_markdown,
+    table1_report,
+    table1_rows,
+)
 
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 REPORT = {"data_name": "the small sample", "commit": "abc1234", "libraries": "keras 3"}
@@ -71,6 +78,20 @@ def test_the_front_pages_rows_give_the_paper_beside_the_run_or_say_not_trained_y
     ]
     assert rows["`quadratic`"][3] == f"{100 * (run['test_accuracy'] - 0.938):+.1f}"
     assert rows["`resnet18`"][1:3] == ["93.8%", "not trained yet"]
+
+
+def test_a_recipe_changed_on_the_command_line_is_never_shown_as_the_recipe(finished_run, small_npz):
+    where = {"run_dir": "runs/quadratic_fast", "runs_dir": "runs", "dataset": "c10.npz", "verbose": 2}
+    as_is = {**dataclasses.asdict(load_recipe("quadratic_fast")), **where}
+    changed = {**dataclasses.asdict(load_recipe("quadratic_fast", epochs=20, label_smoothing=0.1)), **where}
+    assert changes_from_recipe(as_is) == {}  # where it ran is no change
+    assert changes_from_recipe(changed) == {"epochs": 20, "label_smoothing": 0.1}
+    assert changes_from_recipe({**changed, "name": "mine"}) is None  # a name of the user's: no recipe to compare
+    report = table1_report([finished_run], data_file=small_npz, device="a CPU", **REPORT)
+    report["runs"][0].update(recipe="quadratic_fast", changes=changes_from_recipe(changed))
+    label = "`quadratic_fast` (changed: epochs 20, label_smoothing 0.1)"
+    assert {row[0]: row for row in table1_rows(report)}["`quadratic`"][4] == label
+    assert f"- {label}: package commit" in table1_markdown(report)
 
 
 def test_a_stopped_run_gives_the_epochs_it_completed_and_no_row(finished_run, small_npz, tmp_path):
