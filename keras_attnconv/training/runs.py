@@ -3,8 +3,11 @@
 import dataclasses
 import itertools
 
-from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.run_directory import RunDirectory
+
+#: Fields added to `TrainConfig` after runs were recorded without them, at the value that does what the package did
+#: before (min_warmup_epochs: no minimum; its default, 6, would resume such a run with a longer warm-up).
+BEFORE_THE_FIELD = {"min_warmup_epochs": 0.0, "label_smoothing": 0.0, "ema_momentum": 0.0}
 
 
 def resolve_run_dir(config):
@@ -50,11 +53,11 @@ def same_run(saved, resolved):
     """The fields (other than verbosity, place and export) in which two resolved configs differ.
 
     A field that a run written by an earlier version does not have counts
-    as its default, the behaviour that version had: adding a field never
-    makes an unfinished run of before unresumable.
+    at `BEFORE_THE_FIELD`'s value, what that version did: a field added
+    since never makes an unfinished run of before unresumable, nor resumes
+    it with another behaviour.
     """
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
-    saved = {**defaults, **saved}
+    saved = {**BEFORE_THE_FIELD, **saved}
     ignored = ("verbose", "run_dir", "export_dir")
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
 

@@ -91,7 +91,11 @@ def test_bad_choices_are_named(field, value):
 
 
 def test_a_run_recorded_before_the_choices_existed_is_the_same_run_with_them_off():
-    resolved = {**vars(TrainConfig()), "run_dir": "runs/run"}
+    resolved = {**vars(TrainConfig(min_warmup_epochs=0)), "run_dir": "runs/run"}
     recorded_before = {k: v for k, v in resolved.items() if k not in ("label_smoothing", "ema_momentum")}
     assert same_run(recorded_before, resolved) == []
     assert same_run(recorded_before, {**resolved, "label_smoothing": 0.1}) == ["label_smoothing"]
+    # A run recorded before the minimum warm-up existed had none: today's default (6 epochs) is another schedule.
+    recorded_earlier = {k: v for k, v in recorded_before.items() if k != "min_warmup_epochs"}
+    assert same_run(recorded_earlier, resolved) == []
+    assert same_run(recorded_earlier, {**resolved, "min_warmup_epochs": 6.0}) == ["min_warmup_epochs"]
