@@ -227,6 +227,7 @@ def _fit_in_scope(config, plan, run, resume_from):
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
     rewind_csv(run.history, initial_epoch)
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
+    package = package_revision()  # the code that trains: a checkout may change before the run ends
     start = time.perf_counter()
     train_data, eval_data = plan.train_batches, plan.eval_batches
     if uses_tf_data(plan.strategy):  # TensorFlow: tf.data, which tf.distribute shards over workers
@@ -279,7 +280,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         "wall_seconds_this_session": time.perf_counter() - start,
         "history": csv_history(run.history),  # every epoch, also those of the processes before a resume
         "machine": device_description(),  # the device and library versions, for results files (`attnconv table1`)
-        "package": package_revision(),  # the code that trained it
+        "package": package,  # the code that trained it
         "preset": preset and str(preset),
     }
     run.write_metrics(metrics)

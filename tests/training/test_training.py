@@ -40,6 +40,20 @@ def test_a_run_writes_its_directory(small_npz, tmp_path):
     assert metrics["preset"] == str(run / "preset")
 
 
+def test_a_run_records_the_commit_of_the_code_that_started_it_not_the_checkouts_at_its_end(
+    small_npz, tmp_path, monkeypatch
+):
+    from keras_attnconv.utils import reports
+
+    def revision():  # the checkout moves on once the run has trained an epoch
+        trained = (tmp_path / "run" / "backup" / "latest.json").exists()
+        return {"version": "0", "commit": "a commit made while it trained" if trained else "the commit at the start"}
+
+    monkeypatch.setattr(reports, "package_revision", revision)
+    metrics = train(small_config(small_npz, tmp_path / "run", epochs=1))
+    assert metrics["package"]["commit"] == "the commit at the start"
+
+
 def test_a_run_compiles_its_step_by_the_path_rule_and_records_what_it_resolved(small_npz, tmp_path):
     from keras_attnconv import from_preset
     from keras_attnconv.models.step_compilation import describe_step_path, model_gflops, resolve_jit_compile
