@@ -580,7 +580,7 @@ def tiny_model(name="tiny", seed=0):
 SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 
 
-def small_config(small_npz, run_dir, **overrides):
+def small_config(small_npz, run_dir=None, **overrides):
     """A `TrainConfig` of two short epochs of `SMALL_MODEL` on `small_npz`, in `run_dir`, nothing exported."""
     from keras_attnconv.training.recipe import TrainConfig
 

@@ -11,12 +11,12 @@ import socket
 from pathlib import Path
 
 import pytest
+import support
 from support import run_until_killed, snapshot, tiny_train_command
 
 from keras_attnconv import build_model, cli, save_to_preset
 from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.training.fit import train
-from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.ownership import MARKER, ForeignDirectoryError, mark_of, write_mark
 
@@ -24,19 +24,9 @@ SMALL_MODEL = {"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8}
 
 
 def small_config(small_npz, run_dir=None, **overrides):
-    values = {
-        "name": "small",
-        "model": "quadratic_tiny",
-        "model_overrides": SMALL_MODEL,
-        "dataset": small_npz,
-        "epochs": 1,
-        "batch_size": 40,
-        "run_dir": run_dir and str(run_dir),
-        "verbose": 0,
-        "jit_compile": False,
-        "export_dir": None,
-    }
-    return TrainConfig(**{**values, **overrides})
+    """`support.small_config` for one epoch of an even smaller model: these tests check files, not learning."""
+    values = {"model_overrides": SMALL_MODEL, "epochs": 1, "batch_size": 40}
+    return support.small_config(small_npz, run_dir, **{**values, **overrides})
 
 
 def users_folder(path):
