@@ -99,3 +99,19 @@ def test_a_run_recorded_before_the_choices_existed_is_the_same_run_with_them_off
     recorded_earlier = {k: v for k, v in recorded_before.items() if k != "min_warmup_epochs"}
     assert same_run(recorded_earlier, resolved) == []
     assert same_run(recorded_earlier, {**resolved, "min_warmup_epochs": 6.0}) == ["min_warmup_epochs"]
+
+
+def test_the_documented_gains_are_those_of_the_results_file():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    results = json.loads((root / "training/results/choices-cpu.json").read_text())
+    documented = (root / "docs/training.md").read_text()
+    base = results["runs"][0]["test_accuracy"]
+    for run in results["runs"]:
+        assert run["gain_points"] == pytest.approx(100 * (run["test_accuracy"] - base))
+        row = (
+            f"| {run['variant']} | {100 * run['test_accuracy']:.2f}% ± {100 * run['standard_error']:.2f}% | "
+            f"{run['gain_points']:+.2f} ± {run['gain_standard_error_points']:.2f} |"
+        )
+        assert row in documented, row
