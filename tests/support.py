@@ -599,27 +599,22 @@ def small_config(small_npz, run_dir=None, **overrides):
     return TrainConfig(**{**values, **overrides})
 
 
-def tiny_train_command(small_npz, run_dir, export_dir="none", runs_dir=None):
+def tiny_train_command(small_npz, run_dir, export_dir="none", runs_dir=None, **flags):
     """`attnconv train` of a tiny run (one epoch of 160 8x8 images), as its arguments: into `run_dir`, or a
-    directory of `runs_dir` where `run_dir` is None."""
-    return [
-        "train",
-        "--model",
-        "quadratic_tiny",
-        "--model-overrides",
-        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
-        "--dataset",
-        small_npz,
-        "--epochs",
-        "1",
-        "--batch-size",
-        "40",
-        "--jit-compile",
-        "false",
-        "--export-dir",
-        str(export_dir),
-        *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)]),
-    ]
+    directory of `runs_dir` where `run_dir` is None; `flags` (``epochs=2``, ``jit_compile="auto"``) replace or add
+    to its recipe fields."""
+    fields = {
+        "model": "quadratic_tiny",
+        "model_overrides": "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
+        "dataset": small_npz,
+        "epochs": 1,
+        "batch_size": 40,
+        "jit_compile": "false",
+        "export_dir": export_dir,
+        **flags,
+    }
+    arguments = [text for field, value in fields.items() for text in (f"--{field.replace('_', '-')}", str(value))]
+    return ["train", *arguments, *(["--run-dir", str(run_dir)] if run_dir else ["--runs-dir", str(runs_dir)])]
 
 
 def served_config(root):

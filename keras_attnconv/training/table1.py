@@ -17,6 +17,7 @@ from pathlib import Path
 from keras_attnconv.analysis.charts import accuracy_standard_error
 from keras_attnconv.models import get_paper_figures
 from keras_attnconv.training.callbacks import csv_history
+from keras_attnconv.training.recipe import load_recipe, recipe_names
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.checks import check_path
 
@@ -45,8 +46,6 @@ def changes_from_recipe(config):
     command line (``--epochs 20``, ``--label-smoothing 0.1``) is thus never
     shown as the recipe itself. Where it ran (`_PLACES`) is no change.
     """
-    from keras_attnconv.training.recipe import load_recipe, recipe_names
-
     if config["name"] not in recipe_names():
         return None
     recipe = dataclasses.asdict(load_recipe(config["name"]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from support import SMALL_MODEL, small_config
+from support import SMALL_MODEL, small_config, tiny_train_command
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
@@ -512,33 +512,15 @@ def test_the_nan_stops_advice_works_for_a_run_with_a_completed_epoch(small_npz, 
 
     # The official schedule, warming up over half this 2-epoch run (min_warmup_epochs), trains the first epoch at a
     # rate of 0 (it completes), the second at 6.7e6 (it diverges to NaN; 6.7e5 only explodes, a finite loss).
-    diverging = [
-        "train",
-        "--model",
-        "quadratic_tiny",
-        "--model-overrides",
-        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
-        "--dataset",
+    diverging = tiny_train_command(
         small_npz,
-        "--epochs",
-        "2",
-        "--steps-per-epoch",
-        "2",
-        "--batch-size",
-        "40",
-        "--jit-compile",
-        "false",
-        "--schedule",
-        "official",
-        "--learning-rate",
-        "1e7",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--export-dir",
-        "none",
-        "--verbose",
-        "0",
-    ]
+        tmp_path / "run",
+        epochs=2,
+        steps_per_epoch=2,
+        schedule="official",
+        learning_rate="1e7",
+        verbose=0,
+    )
     assert main(diverging) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert "became nan during epoch 2" in message and RunDirectory(tmp_path / "run").has_completed_epoch()

@@ -90,21 +90,7 @@ def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(
         sys.executable,
         "-m",
         "keras_attnconv.cli",
-        "train",
-        "--model",
-        "quadratic_tiny",
-        "--model-overrides",
-        "{num_layers = 1, hidden_dim = 8, intermediate_dim = 8}",
-        "--dataset",
-        small_npz,
-        "--epochs",
-        "1",
-        "--batch-size",
-        "40",
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--export-dir",
-        str(tmp_path / "saved"),
+        *tiny_train_command(small_npz, tmp_path / "run", tmp_path / "saved", jit_compile="auto"),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=jax_without_tensorflow)
     assert result.returncode == 0, result.stderr
