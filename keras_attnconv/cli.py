@@ -404,6 +404,7 @@ def _table1(args):
         device=args.device,
         command=args.command_line,
         earlier=earlier,
+        side_by_side=args.side_by_side,
     )
     markdown = table1_markdown(report)
     write_report(args.output, report, markdown)
@@ -598,7 +599,9 @@ def build_parser():
     tabulating = add("table1", help="the paper's Table 1 beside trained runs: a results file (JSON and markdown)")
     tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
     tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
-    tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
+    tabulating.add_argument(
+        "--data-file", required=True, help="the file the data came from (its digest, of a .npz's arrays, is recorded)"
+    )
     tabulating.add_argument(
         "--commit", help="the package's commit the runs trained with, for runs that did not record it"
     )
@@ -610,6 +613,11 @@ def build_parser():
         action="store_true",
         help="keep the runs of the output's earlier results unless these runs replace their "
         "recipes (the runs of several sessions in one table)",
+    )
+    tabulating.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="the runs trained at the same time on one device: the tables say so beside their minutes",
     )
     tabulating.set_defaults(handler=_table1)
 

@@ -27,6 +27,10 @@ class PaperFigures:
     accuracy: "float | None" = None
 
 
+#: The data of the GPU runs (`TrainedResult.data`): a public JPEG copy of CIFAR-10, not bit-identical to it.
+CIFAR10_JPEG_COPY = "CIFAR-10 (JPEG copy)"
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainedResult:
     """One training run of a configuration on the paper's data, as a results file of the repository records it.
@@ -40,6 +44,8 @@ class TrainedResult:
         device: what it trained on.
         data: the data's name (``"CIFAR-10 (JPEG copy)"``).
         results_file: the results file, relative to the repository (``training/results/...``).
+        beside: the recipes trained at the same time on the same device, whose
+            work `minutes` includes (a run alone is faster); empty where none.
     """
 
     recipe: str
@@ -50,6 +56,7 @@ class TrainedResult:
     device: str
     data: str
     results_file: str
+    beside: "tuple[str, ...]" = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,13 +6,16 @@ gives the epochs it completed, such as the first epochs of the paper's
 training/results/table1-<gpu>.json`` writes: per run, the recipe, the
 device, the per-epoch history, the minutes of training and the test
 accuracy with its standard error beside Table 1's figure; the data by name
-and digest; what is not measured yet, said so.
+and digest; the runs that shared their device, whose minutes are not a run's
+alone; what is not measured yet, said so.
 """
 
 import dataclasses
 import hashlib
 import json
 from pathlib import Path
+
+import numpy as np
 
 from keras_attnconv.analysis.charts import accuracy_standard_error
 from keras_attnconv.models import get_paper_figures
@@ -36,6 +39,25 @@ def file_digest(path):
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
+
+
+def data_digest(path):
+    """The digest of the data in the file at `path`: of its arrays for a ``.npz``, else of its bytes.
+
+    A ``.npz`` is a zip archive whose entries carry the time they were written,
+    so the same arrays saved twice are two different files; the runs trained on
+    the arrays. ``sha256-arrays:<hex>`` covers each array's name, dtype, shape
+    and values, in the order of their names.
+    """
+    if Path(path).suffix.lower() != ".npz":
+        return file_digest(path)
+    digest = hashlib.sha256()
+    with np.load(path, allow_pickle=False) as arrays:
+        for name in sorted(arrays.files):
+            array = np.ascontiguousarray(arrays[name])
+            digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+            digest.update(array.tobytes())
+    return f"sha256-arrays:{digest.hexdigest()}"
 
 
 def changes_from_recipe(config):
@@ -117,7 +139,18 @@ def run_record(path, device=None):
     return record
 
 
-def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, device=None, command=None, earlier=None):
+def table1_report(
+    runs,
+    *,
+    data_name,
+    data_file,
+    commit=None,
+    libraries=None,
+    device=None,
+    command=None,
+    earlier=None,
+    side_by_side=False,
+):
     """The Table 1 results of `runs` (run directories), as ``attnconv table1`` writes them.
 
     Args:
@@ -133,10 +166,15 @@ def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, de
             stay unless a run of the same recipe replaces them: the runs of
             several sessions, each on its own GPU lease, make one table. Its
             data must be the same.
+        side_by_side: whether `runs` trained at the same time on one device.
+            Each then records the recipes it shared the device with
+            (``trained_beside``), and the tables say so beside its minutes.
     """
-    digest = file_digest(data_file)
+    digest = data_digest(data_file)
     records = [run_record(path, device) for path in runs]
     for record in records:
+        beside = [other["recipe"] for other in records if other is not record] if side_by_side else []
+        record["trained_beside"] = beside
         record["libraries"] = record["libraries"] or libraries
         record["commit"] = commit or record["commit"]
         if record["commit"] is None:
@@ -161,7 +199,8 @@ def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, de
         )
     return {
         "commands": [*(earlier or {}).get("commands", []), command],
-        "data": {"name": data_name, "file": Path(data_file).name, "digest": digest},
+        # What the earlier results say of the data (their notes) stays with it.
+        "data": {**(earlier or {}).get("data", {}), "name": data_name, "file": Path(data_file).name, "digest": digest},
         "runs": records,
         "not_measured": [m for m in TABLE1_MODELS if m not in {r["model"] for r in finished}],
     }
@@ -169,6 +208,12 @@ def table1_report(runs, *, data_name, data_file, commit=None, libraries=None, de
 
 def _percent(value, digits=1):
     return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _minutes(run):
+    """The run's minutes of training, and the runs it shared its device with, whose work they include."""
+    beside = ", ".join(f"`{recipe}`" for recipe in run.get("trained_beside", []))
+    return f"{run['training_minutes']:.1f}" + (f" (beside {beside})" if beside else "")
 
 
 def table1_rows(report):
@@ -189,7 +234,7 @@ def table1_rows(report):
                 f"{100 * (run['test_accuracy'] - paper):+.1f}",
                 _recipe_label(run),
                 f"{run['epochs']}",
-                f"{run['training_minutes']:.1f}",
+                _minutes(run),
                 run["device"],
             ]
         )
@@ -214,11 +259,13 @@ def table1_markdown(report):
     ]
     lines += ["| " + " | ".join(row) + " |" for row in table1_rows(report)]
     examples = sorted({f"{r['test_examples']:,}" for r in report["runs"] if r["finished"]})
+    shared = any(run.get("trained_beside") for run in report["runs"])
     lines += [
         "",
         f"Test accuracy: the last epoch's weights on the {' or '.join(examples) or 'held-out'} test images; "
         "points: this package's minus the paper's; minutes: the training command's fit and evaluations, "
-        "compilation included.",
+        "compilation included"
+        + ("; beside: trained at the same time on the same device, so slower than alone." if shared else "."),
         "",
         "Each run, where it ran:",
         "",

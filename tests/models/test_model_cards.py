@@ -14,7 +14,10 @@ TRAINED = [
 
 
 def _recorded_run(name, result):
-    """``(accuracy, standard_error, epochs, minutes, device, data)`` of the run `result` names, from its file."""
+    """``(accuracy, standard_error, epochs, minutes, device, data, beside)`` of `result`'s run, from its file.
+
+    `beside`: the recipes that shared its device (none for a single run's record).
+    """
     record = json.loads((REPOSITORY / result.results_file).read_text())
     if "runs" in record:  # a Table 1 file (`attnconv table1`)
         (run,) = [run for run in record["runs"] if run["recipe"] == result.recipe and run["model"] == name]
@@ -25,6 +28,7 @@ def _recorded_run(name, result):
             run["training_minutes"],
             run["device"],
             record["data"]["name"],
+            tuple(run.get("trained_beside", [])),
         )
     metrics = record["metrics"]  # a single run's record (training/results/cifar10-cpu.json)
     assert metrics["model"] == name and f"--recipe {result.recipe} " in record["command"]
@@ -35,14 +39,16 @@ def _recorded_run(name, result):
         metrics["wall_seconds_this_session"] / 60,
         f"{record['machine']['cpu']['model']}, {record['machine']['cpus']} cores",
         record["data"]["name"],
+        (),  # a single run's record: it trained alone
     )
 
 
 @pytest.mark.parametrize("name, result", TRAINED, ids=[f"{name}-{result.recipe}" for name, result in TRAINED])
 def test_a_cards_trained_result_is_its_results_file(name, result):
-    accuracy, standard_error, epochs, minutes, device, data = _recorded_run(name, result)
+    accuracy, standard_error, epochs, minutes, device, data, beside = _recorded_run(name, result)
     assert result.accuracy == round(accuracy, 4) and result.standard_error == round(standard_error, 4)
     assert (result.epochs, result.minutes, result.device, result.data) == (epochs, round(minutes, 1), device, data)
+    assert result.beside == beside
 
 
 def test_every_finished_table1_run_is_on_its_models_card():

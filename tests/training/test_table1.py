@@ -5,6 +5,7 @@ import json
 import math
 import shutil
 
+import numpy as np
 import pytest
 
 from keras_attnconv.cli import main
@@ -14,6 +15,8 @@ from keras_attnconv.training.recipe import TrainConfig, load_recipe
 from keras_attnconv.training.table1 import (
     TABLE1_HEADER,
     changes_from_recipe,
+    data_digest,
+    file_digest,
     table1_markdown,
     table1_report,
     table1_rows,
@@ -64,7 +67,42 @@ def test_a_finished_run_is_its_models_row_with_the_standard_error_of_its_accurac
     assert run["training_minutes"] == pytest.approx(metrics["wall_seconds_this_session"] / 60)
     assert "run_dir" not in run["settings"] and run["settings"]["epochs"] == 2
     assert report["not_measured"] == ["resnet18", "learned", "learned_content"]
-    assert report["data"]["digest"].startswith("sha256:") and report["data"]["file"] == "small.npz"
+    assert report["data"]["digest"].startswith("sha256-arrays:") and report["data"]["file"] == "small.npz"
+
+
+def test_a_npz_datas_digest_is_of_its_arrays_not_of_the_archive(small_npz, tmp_path):
+    with np.load(small_npz) as data:
+        arrays = dict(data)
+    again = tmp_path / "again.npz"
+    np.savez_compressed(again, **arrays)  # the same arrays in another archive: other bytes
+    assert file_digest(again) != file_digest(small_npz)
+    assert data_digest(again) == data_digest(small_npz)
+    arrays["y_test"] = (arrays["y_test"] + 1) % 10
+    other = tmp_path / "other.npz"
+    np.savez(other, **arrays)
+    assert data_digest(other) != data_digest(small_npz)
+    named = tmp_path / "named.npz"  # the same values under another name are other data
+    np.savez(named, **{("labels" if k == "y_test" else k): v for k, v in arrays.items()})
+    assert data_digest(named) != data_digest(other)
+    text = tmp_path / "data.txt"
+    text.write_text("not an archive")
+    assert data_digest(text) == file_digest(text)
+
+
+def test_runs_trained_side_by_side_name_each_other_beside_their_minutes(finished_run, small_npz, tmp_path):
+    other = stopped_copy(finished_run, tmp_path / "other")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "name": "other"}))
+    runs = [finished_run, other]
+    report = table1_report(runs, data_file=small_npz, device="a CPU", side_by_side=True, **REPORT)
+    assert [r["trained_beside"] for r in report["runs"]] == [["other"], ["quadratic_small"]]
+    minutes = f"{report['runs'][0]['training_minutes']:.1f}"
+    assert {row[0]: row for row in table1_rows(report)}["`quadratic`"][6] == f"{minutes} (beside `other`)"
+    assert "beside: trained at the same time on the same device" in table1_markdown(report)
+    alone = table1_report(runs, data_file=small_npz, device="a CPU", **REPORT)
+    assert [r["trained_beside"] for r in alone["runs"]] == [[], []]
+    assert {row[0]: row for row in table1_rows(alone)}["`quadratic`"][6] == minutes
+    assert "beside" not in table1_markdown(alone)
 
 
 def test_the_front_pages_rows_give_the_paper_beside_the_run_or_say_not_trained_yet(finished_run, small_npz):
@@ -200,6 +238,14 @@ def test_update_keeps_the_earlier_sessions_runs_unless_a_run_of_their_recipe_rep
 def test_update_refuses_results_measured_on_other_data(finished_run, small_npz, tmp_path):
     earlier = table1_report([finished_run], data_file=small_npz, **REPORT)
     other_data = tmp_path / "other.npz"
-    other_data.write_bytes(b"other data")
+    np.savez(other_data, x_train=np.zeros((1, 8, 8, 3), np.uint8), y_train=np.zeros(1, np.int64))
     with pytest.raises(ValueError, match="measured on other data"):
         table1_report([finished_run], data_file=other_data, earlier=earlier, **REPORT)
+
+
+def test_update_keeps_what_the_earlier_results_say_of_their_data(finished_run, small_npz):
+    earlier = table1_report([finished_run], data_file=small_npz, **REPORT)
+    earlier["data"]["archive_digests"] = {"sha256:0": "the archive the first runs read"}
+    report = table1_report([finished_run], data_file=small_npz, earlier=earlier, **REPORT)
+    assert report["data"]["archive_digests"] == {"sha256:0": "the archive the first runs read"}
+    assert report["data"]["digest"] == data_digest(small_npz)
