@@ -599,9 +599,7 @@ def build_parser():
     tabulating = add("table1", help="the paper's Table 1 beside trained runs: a results file (JSON and markdown)")
     tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
     tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
-    tabulating.add_argument(
-        "--data-file", required=True, help="the file the data came from (its digest, of a .npz's arrays, is recorded)"
-    )
+    tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
     tabulating.add_argument(
         "--commit", help="the package's commit the runs trained with, for runs that did not record it"
     )

@@ -8,6 +8,8 @@ from keras_attnconv.layers.encoder import TransformerEncoderBlock
 from keras_attnconv.layers.fan_in_uniform import FanInUniform
 from keras_attnconv.layers.gaussian_score import DiagonalGaussianScore, GaussianScore
 from keras_attnconv.layers.learned_relative_score import LearnedRelativeScore
+from keras_attnconv.layers.mirror_average import MirrorAverage
+from keras_attnconv.layers.mirrored_batch import MirroredBatch
 from keras_attnconv.layers.pixel_normalization import PixelNormalization
 from keras_attnconv.layers.position_score import PositionScore
 from keras_attnconv.layers.position_score_factory import POSITION_SCORES, get_position_score, register_position_score
@@ -38,6 +40,8 @@ __all__ = [
     "InvertibleDownsampling",
     "LearnedPositionEmbedding",
     "LearnedRelativeScore",
+    "MirrorAverage",
+    "MirroredBatch",
     "PixelNormalization",
     "PositionScore",
     "QuadraticScore",

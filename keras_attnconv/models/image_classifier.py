@@ -18,7 +18,7 @@ import numbers
 import keras
 import numpy as np
 
-from keras_attnconv.layers import PixelNormalization
+from keras_attnconv.layers import MirrorAverage, MirroredBatch, PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.models.step_compilation import resolve_jit_compile_for
@@ -37,6 +37,12 @@ class ClassifierConfig:
             or one distinct name per class.
         pixel_mean, pixel_std: per-channel statistics of the pixels scaled to
             [0, 1] that the model normalises its input with (CIFAR-10's training set).
+        test_time_flips: at inference (``evaluate``, ``predict``, a call
+            without ``training=True``, every export), the logits are the mean
+            of the image's and its mirror image's (`MirroredBatch`,
+            `MirrorAverage`), which doubles the cost of inference; training is
+            unchanged, and so are the weights (``model.with_config(test_time_flips=True)``
+            adds them to a trained model). The FLOP counts are of one pass.
     """
 
     num_classes: int = 10
@@ -44,12 +50,17 @@ class ClassifierConfig:
     class_names: "tuple[str, ...] | None" = None
     pixel_mean: "tuple[float, float, float]" = CIFAR10_MEAN
     pixel_std: "tuple[float, float, float]" = CIFAR10_STD
+    test_time_flips: bool = False
 
     def __post_init__(self):
         num_classes = self.num_classes
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 2:
             raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
         check_positive_int("image_size", self.image_size)
+        if not isinstance(self.test_time_flips, bool):
+            raise ValueError(
+                f"`test_time_flips` must be True or False. Received: test_time_flips={self.test_time_flips!r}"
+            )
         plain_numbers(self)
         mean, std = check_normalization(self.pixel_mean, self.pixel_std, names=("pixel_mean", "pixel_std"))
         self._set("pixel_mean", mean)
@@ -192,13 +203,16 @@ class ImageClassifier(keras.Model):
             )
         policy = dtype_policy(dtype)
         images = keras.Input((config.image_size, config.image_size, 3), dtype="uint8", name="images")
-        x = PixelNormalization(config.pixel_mean, config.pixel_std, name="pixel_normalization")(images)
+        x = MirroredBatch(name="mirrored_batch")(images) if config.test_time_flips else images
+        x = PixelNormalization(config.pixel_mean, config.pixel_std, name="pixel_normalization")(x)
         x = self.features(x, config, policy)
         x = keras.layers.GlobalAveragePooling2D(dtype=policy, name="pool")(x)
         # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
         logits = keras.layers.Dense(
             config.num_classes, dtype="float32", name="logits", **self.head_initializers(config)
         )(x)
+        if config.test_time_flips:
+            logits = MirrorAverage(name="mirror_average")(logits)
         super().__init__(images, logits, name=name or self.default_name, trainable=trainable)
         self.config = config
         self.dtype_policy = policy  # as keras-hub's Backbone: `compile` reads it (loss scaling for mixed_float16)

@@ -189,6 +189,26 @@ def _with_averaged_weights(config, *callbacks):
     return [WithAveragedWeights(*callbacks)] if config.ema_momentum else list(callbacks)
 
 
+def _accuracy_by_test_time_flips(config, plan, model, eval_data):
+    """The final weights without and with test-time flips, image by image (`paired_accuracy_gain`), or None.
+
+    One of the two is the model as built (its config's ``test_time_flips``), the
+    other a copy with the other setting and the same weights: every run
+    measures the choice. None on several workers, where each worker predicts
+    its own part of the images.
+    """
+    from keras_attnconv.analysis.paired_accuracy import paired_accuracy_gain
+
+    if config.strategy == "multi_worker":
+        return None
+    with build_scope(plan.strategy):
+        other = model.with_config(test_time_flips=not model.config.test_time_flips)
+        other.compile(jit_compile=model.jit_compile)
+    labels = plan.eval_batches.labels
+    right = {m.config.test_time_flips: m.predict(eval_data, verbose=0).argmax(-1) == labels for m in (model, other)}
+    return paired_accuracy_gain(right[False], right[True])
+
+
 def _fit(config, plan, run, resume_from=None):
     with run_scope(plan.strategy):
         return _fit_in_scope(config, plan, run, resume_from)
@@ -259,6 +279,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         ],
     )
     loss, accuracy = model.evaluate(eval_data, verbose=0)
+    by_flips = _accuracy_by_test_time_flips(config, plan, model, eval_data)
     best_path = run.best_record
     preset = _save_best_as_preset(config, plan, run) if best_path.exists() else None
     metrics = {
@@ -268,6 +289,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         "eval_loss": float(loss),
         "eval_accuracy": float(accuracy),
         "eval_examples": len(plan.eval_batches.labels),  # the standard error of the accuracy depends on it
+        "eval_accuracy_by_test_time_flips": by_flips,
         "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
         "epochs": config.epochs,
         "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),

@@ -62,7 +62,10 @@ class TrainConfig:
     paper's cross-entropy) and ``ema_momentum`` (0: off; e.g. 0.999: the
     weights validated each epoch, kept as the best checkpoint, evaluated at
     the end and exported are an exponential moving average of the trained
-    ones, Keras' ``use_ema``; training itself follows the raw weights).
+    ones, Keras' ``use_ema``; training itself follows the raw weights). A
+    third is the model's: ``model_overrides = {test_time_flips = true}``
+    (`keras_attnconv.models.ClassifierConfig`), which every run measures both
+    ways (``eval_accuracy_by_test_time_flips`` in ``metrics.json``).
     """
 
     name: str = "run"

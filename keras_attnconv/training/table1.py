@@ -15,8 +15,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-
 from keras_attnconv.analysis.charts import accuracy_standard_error
 from keras_attnconv.models import get_paper_figures
 from keras_attnconv.training.callbacks import csv_history
@@ -39,25 +37,6 @@ def file_digest(path):
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
-
-
-def data_digest(path):
-    """The digest of the data in the file at `path`: of its arrays for a ``.npz``, else of its bytes.
-
-    A ``.npz`` is a zip archive whose entries carry the time they were written,
-    so the same arrays saved twice are two different files; the runs trained on
-    the arrays. ``sha256-arrays:<hex>`` covers each array's name, dtype, shape
-    and values, in the order of their names.
-    """
-    if Path(path).suffix.lower() != ".npz":
-        return file_digest(path)
-    digest = hashlib.sha256()
-    with np.load(path, allow_pickle=False) as arrays:
-        for name in sorted(arrays.files):
-            array = np.ascontiguousarray(arrays[name])
-            digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-            digest.update(array.tobytes())
-    return f"sha256-arrays:{digest.hexdigest()}"
 
 
 def changes_from_recipe(config):
@@ -135,6 +114,8 @@ def run_record(path, device=None):
             best_test_accuracy=best.get("val_accuracy"),
             precision=metrics["precision"],
             step_path=metrics["step_path"],
+            # The last weights without and with test-time flips (runs recorded before it: None).
+            test_time_flips=metrics.get("eval_accuracy_by_test_time_flips"),
         )
     return record
 
@@ -170,7 +151,7 @@ def table1_report(
             Each then records the recipes it shared the device with
             (``trained_beside``), and the tables say so beside its minutes.
     """
-    digest = data_digest(data_file)
+    digest = file_digest(data_file)
     records = [run_record(path, device) for path in runs]
     for record in records:
         beside = [other["recipe"] for other in records if other is not record] if side_by_side else []
@@ -199,8 +180,7 @@ def table1_report(
         )
     return {
         "commands": [*(earlier or {}).get("commands", []), command],
-        # What the earlier results say of the data (their notes) stays with it.
-        "data": {**(earlier or {}).get("data", {}), "name": data_name, "file": Path(data_file).name, "digest": digest},
+        "data": {"name": data_name, "file": Path(data_file).name, "digest": digest},
         "runs": records,
         "not_measured": [m for m in TABLE1_MODELS if m not in {r["model"] for r in finished}],
     }
@@ -208,6 +188,17 @@ def table1_report(
 
 def _percent(value, digits=1):
     return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def _flips_gain(run):
+    """What test-time flips gain on the run's last weights, where the run measured it."""
+    flips = run.get("test_time_flips")
+    if not flips:
+        return ""
+    return (
+        f"; test-time flips {_percent(flips['without'], 2)} -> {_percent(flips['with'], 2)} "
+        f"({100 * flips['gain']:+.2f} ± {100 * flips['gain_standard_error']:.2f} points)"
+    )
 
 
 def _minutes(run):
@@ -272,7 +263,7 @@ def table1_markdown(report):
     ]
     lines += [
         f"- {_recipe_label(run)}: package commit {run['commit']}, {run['device']}, "
-        f"{run['libraries'] or 'libraries not recorded'}"
+        f"{run['libraries'] or 'libraries not recorded'}{_flips_gain(run)}"
         for run in report["runs"]
     ]
     stopped = [r for r in report["runs"] if not r["finished"]]

@@ -32,6 +32,8 @@ from keras_attnconv.layers import (
     InvertibleDownsampling,
     LearnedPositionEmbedding,
     LearnedRelativeScore,
+    MirrorAverage,
+    MirroredBatch,
     PixelNormalization,
     QuadraticScore,
     RelativeMultiHeadAttention,
@@ -185,6 +187,9 @@ CASES = [
         LayerCase(PixelNormalization, {"mean": (0.5, 0.4, 0.3), "std": (0.2, 0.25, 0.3)}, (2, 4, 4, 3), (2, 4, 4, 3)),
         id="PixelNormalization",
     ),
+    # Test-time flips: called at inference (training=False, their default), the batch doubles, then halves.
+    case(MirroredBatch, {}, (2 * INPUT_SHAPE[0], *INPUT_SHAPE[1:])),
+    case(MirrorAverage, {}, (INPUT_SHAPE[0] // 2, *INPUT_SHAPE[1:])),
     case(LearnedPositionEmbedding, {}),
     case(SinusoidalPositionEmbedding, {"max_wavelength": 500.0}),
     # The wrapped attention keeps the policy of its own config (float32 here), as `conv_to_attention` makes it.

@@ -1,14 +1,17 @@
-"""Specifications of the training choices beyond the paper: label smoothing and weight averaging (`ema_momentum`)."""
+"""Specifications of the training choices beyond the paper: label smoothing, weight averaging (`ema_momentum`) and
+test-time flips (the model's `test_time_flips`, which every run measures both ways)."""
 
 import json
 
 import keras
 import numpy as np
 import pytest
-from support import small_config
+from support import SMALL_MODEL, small_config
 
+from keras_attnconv import from_preset
 from keras_attnconv.optim import LabelSmoothingCrossentropy
 from keras_attnconv.training.fit import run_loss, train
+from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.recipe import TrainConfig, load_recipe
 from keras_attnconv.training.runs import same_run
 
@@ -22,8 +25,6 @@ CHOICES = {
 
 def _best_epoch_evaluation(run, config):
     """The run's best checkpoint evaluated with the run's loss, and that epoch's validation figures from history.csv."""
-    from keras_attnconv.training.plan import plan_run
-
     best = keras.saving.load_model(run / "checkpoints" / "best.keras", compile=False)
     best.compile(loss=run_loss(config), metrics=["accuracy"])
     loss, accuracy = best.evaluate(plan_run(config).eval_batches, verbose=0)
@@ -115,3 +116,30 @@ def test_the_documented_gains_are_those_of_the_results_file():
             f"{run['gain_points']:+.2f} ± {run['gain_standard_error_points']:.2f} |"
         )
         assert row in documented, row
+    flips = results["test_time_flips"]
+    assert flips["test_accuracy_of_the_run"] == base  # the base run made again
+    assert flips["gain"] == pytest.approx(flips["with"] - flips["without"])
+    figures = (
+        f"{100 * flips['without']:.2f}% without, {100 * flips['with']:.2f}% with, {100 * flips['gain']:+.2f} ± "
+        f"{100 * flips['gain_standard_error']:.2f} points (paired: {flips['right_only_with']} test images right only "
+        f"with flips, {flips['right_only_without']} only without)"
+    )
+    assert figures in " ".join(documented.split()), figures
+
+
+@pytest.mark.parametrize("flips", [False, True])
+def test_every_run_measures_test_time_flips_and_publishes_the_model_it_was_given(flips, small_npz, tmp_path):
+    # One epoch: the best checkpoint holds the final weights, which the metrics evaluated both ways.
+    overrides = {**SMALL_MODEL, "test_time_flips": flips}
+    config = small_config(small_npz, tmp_path / "run", epochs=1, steps_per_epoch=3, model_overrides=overrides)
+    metrics = train(config)
+    by_flips = metrics["eval_accuracy_by_test_time_flips"]
+    assert metrics["eval_accuracy"] == pytest.approx(by_flips["with" if flips else "without"], abs=1e-6)
+    assert by_flips["examples"] == metrics["eval_examples"]
+    best = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras", compile=False)
+    assert from_preset(tmp_path / "run" / "preset").config.test_time_flips is best.config.test_time_flips is flips
+    eval_batches = plan_run(config).eval_batches
+    for with_flips in (False, True):
+        model = best.with_config(test_time_flips=with_flips)
+        model.compile(loss=run_loss(config), metrics=["accuracy"])
+        assert model.evaluate(eval_batches, verbose=0)[1] == pytest.approx(by_flips[("without", "with")[with_flips]])
