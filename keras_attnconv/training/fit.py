@@ -40,6 +40,7 @@ from keras_attnconv.training.callbacks import (
 from keras_attnconv.training.distribution import (
     build_scope,
     is_chief,
+    process_shard,
     run_scope,
     uses_tf_data,
     wait_for_every_process,
@@ -194,12 +195,12 @@ def _accuracy_by_test_time_flips(config, plan, model, eval_data):
 
     One of the two is the model as built (its config's ``test_time_flips``), the
     other a copy with the other setting and the same weights: every run
-    measures the choice. None on several workers, where each worker predicts
-    its own part of the images.
+    measures the choice. None for a run of several processes (TensorFlow's
+    workers, JAX's processes), where no process holds every prediction.
     """
     from keras_attnconv.analysis.paired_accuracy import paired_accuracy_gain
 
-    if config.strategy == "multi_worker":
+    if config.strategy == "multi_worker" or process_shard(plan.strategy)[1] > 1:
         return None
     with build_scope(plan.strategy):
         other = model.with_config(test_time_flips=not model.config.test_time_flips)

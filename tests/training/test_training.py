@@ -682,6 +682,7 @@ def test_the_recorded_table1_runs_would_never_have_been_stopped():
 
 
 def test_a_run_validates_its_model_config_once_per_model_it_builds(small_npz, tmp_path, validation_counts):
-    # The plan validates the config; the run builds its model from that config, and reloads its best checkpoint.
+    # The plan validates the config; the run builds its model from that config, its copy with the other
+    # test-time flips setting (`with_config`, which validates that other config), and reloads its best checkpoint.
     train(small_config(small_npz, tmp_path / "run", epochs=1))
-    assert validation_counts == {"validations": 2, "builds": 2}
+    assert validation_counts == {"validations": 3, "builds": 3}
