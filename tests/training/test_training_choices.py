@@ -136,6 +136,7 @@ def test_every_run_measures_test_time_flips_and_publishes_the_model_it_was_given
     by_flips = metrics["eval_accuracy_by_test_time_flips"]
     assert metrics["eval_accuracy"] == pytest.approx(by_flips["with" if flips else "without"], abs=1e-6)
     assert by_flips["examples"] == metrics["eval_examples"]
+    assert 0 < by_flips["seconds"] < metrics["wall_seconds_this_session"]
     best = keras.saving.load_model(tmp_path / "run" / "checkpoints" / "best.keras", compile=False)
     assert from_preset(tmp_path / "run" / "preset").config.test_time_flips is best.config.test_time_flips is flips
     eval_batches = plan_run(config).eval_batches
