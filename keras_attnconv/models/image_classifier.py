@@ -23,7 +23,7 @@ from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils.checks import check_known_fields, check_positive_int, plain_numbers
+from keras_attnconv.utils.checks import check_bool, check_known_fields, check_positive_int, plain_numbers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +57,7 @@ class ClassifierConfig:
         if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 2:
             raise ValueError(f"`num_classes` must be an integer >= 2. Received: num_classes={num_classes!r}")
         check_positive_int("image_size", self.image_size)
-        if not isinstance(self.test_time_flips, bool):
-            raise ValueError(
-                f"`test_time_flips` must be True or False. Received: test_time_flips={self.test_time_flips!r}"
-            )
+        check_bool("test_time_flips", self.test_time_flips)
         plain_numbers(self)
         mean, std = check_normalization(self.pixel_mean, self.pixel_std, names=("pixel_mean", "pixel_std"))
         self._set("pixel_mean", mean)
