@@ -29,6 +29,8 @@ class PaperFigures:
 
 #: The data of the GPU runs (`TrainedResult.data`): a public JPEG copy of CIFAR-10, not bit-identical to it.
 CIFAR10_JPEG_COPY = "CIFAR-10 (JPEG copy)"
+#: A `TrainedResult`'s data and results file for a run of Table 1 on an H200 (``attnconv table1``).
+TABLE1_H200 = {"data": CIFAR10_JPEG_COPY, "results_file": "training/results/table1-h200.json"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ configuration is one more entry here.
 import dataclasses
 
 from keras_attnconv.models.attention_classifier.config import AttentionClassifierConfig
-from keras_attnconv.models.model_card import CIFAR10_JPEG_COPY, PaperFigures, TrainedResult
+from keras_attnconv.models.model_card import CIFAR10_JPEG_COPY, TABLE1_H200, PaperFigures, TrainedResult
 from keras_attnconv.models.registry import register_model
 
 _FOLLOW_UP = "follow-up thesis slides"
@@ -55,8 +55,7 @@ register_model(
             epochs=60,
             minutes=6.0,
             device="NVIDIA H200",
-            data=CIFAR10_JPEG_COPY,
-            results_file="training/results/table1-h200.json",
+            **TABLE1_H200,
         ),
     ),
 )
@@ -78,8 +77,7 @@ register_model(
             epochs=60,
             minutes=7.7,
             device="NVIDIA H200 (gpu)",
-            data=CIFAR10_JPEG_COPY,
-            results_file="training/results/table1-h200.json",
+            **TABLE1_H200,
             beside=("resnet18_fast",),
         ),
     ),

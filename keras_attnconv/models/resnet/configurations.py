@@ -1,6 +1,6 @@
 """The ResNet family's named configurations (the paper's baselines), each with its figures, registered by name."""
 
-from keras_attnconv.models.model_card import CIFAR10_JPEG_COPY, PaperFigures, TrainedResult
+from keras_attnconv.models.model_card import TABLE1_H200, PaperFigures, TrainedResult
 from keras_attnconv.models.registry import register_model
 from keras_attnconv.models.resnet.config import ResNetConfig
 
@@ -16,8 +16,7 @@ register_model(
             epochs=60,
             minutes=4.5,
             device="NVIDIA H200 (gpu)",
-            data=CIFAR10_JPEG_COPY,
-            results_file="training/results/table1-h200.json",
+            **TABLE1_H200,
             beside=("learned_fast",),
         ),
     ),
