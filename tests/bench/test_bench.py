@@ -39,7 +39,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
     results = json.loads(output.read_text())
     assert results["machine"]["backend"]
     assert [(row["comparison"], row["tokens"]) for row in results["layer"]] == [
-        (name, tokens) for name in ("separable", "window7") for tokens in ("8x8", "16x16")
+        (name, "16x16") for name in ("separable", "window7")
     ]
     modes = {"separable": ("separable", "position"), "window7": ("windowed_content", "content")}
     for row in results["layer"]:
@@ -47,9 +47,7 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path, capsys, monkeypatch)
         assert row["fast_ms"] > 0 and row["baseline_ms"] > 0 and row["speedup"] > 0
         assert row["max_abs_difference"] <= 1e-5  # float32 layers, whatever the global policy
         # The compiled steps' memory (XLA's buffer assignment): at 16x16 tokens both fast paths need less.
-        assert row["fast_step_mib"] > 0 and row["baseline_step_mib"] > 0
-        if row["tokens"] == "16x16":
-            assert row["fast_step_mib"] < row["baseline_step_mib"], row
+        assert 0 < row["fast_step_mib"] < row["baseline_step_mib"], row
     assert [(row["model"], row["batch"], row["options"]) for row in results["model_memory"]] == [
         (case["name"], case["batch"], case["options"]) for case in bench.QUICK["memory_models"]
     ]

@@ -181,6 +181,7 @@ def test_a_training_run_takes_the_rule_for_the_cpu_it_runs_on(monkeypatch, kind,
         export_dir=None,
         run_dir=str(tmp_path / "run"),
         precision="mixed_bfloat16",
+        model_overrides={"num_layers": 1},  # the run's compiles are the test's time: one block is as small a model
     )
     metrics = train(config)  # quadratic_tiny, a small model: XLA even where bfloat16 units would take the graph
     assert (metrics["jit_compile"], metrics["step_path"]) == (True, "XLA")
