@@ -17,6 +17,17 @@ import pytest  # noqa: E402
 pytest.register_assert_rewrite("support")  # detailed assertion messages from the shared checks too
 
 
+def pytest_collection_modifyitems(config, items):
+    # The README's second pass re-runs the layers and models on JAX for what differs there: a test marked
+    # backend_independent (plain Python, files, counts) checked on TensorFlow would only cost CI time again.
+    if keras.backend.backend() == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason="backend_independent: the TensorFlow pass checks it")
+    for item in items:
+        if item.get_closest_marker("backend_independent"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     keras.utils.set_random_seed(1234)

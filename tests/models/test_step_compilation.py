@@ -49,6 +49,7 @@ def test_a_small_models_step_is_xla_on_every_cpu(cpu, precision):
     )
 
 
+@pytest.mark.backend_independent  # FLOP counts of configurations
 def test_the_size_threshold_lies_between_the_models_it_was_measured_on():
     # XLA was faster for learned_content_tiny (the largest such model measured), the graph for resnet10.
     largest_faster_under_xla, smallest_faster_in_the_graph = (
