@@ -284,6 +284,7 @@ _SUITE_OVERRIDES = {
     "gpu": ("models", "precisions", "image_size"),
     "steps": ("models", "precisions"),
     "formats": ("models", "bfloat16_serving"),
+    "profile": ("models", "precisions"),
 }
 # --bfloat16-serving's words, as `formats.measures_bfloat16_serving` takes them.
 _BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
@@ -350,7 +351,7 @@ def _bench(args):
         results = bench.run_format_benchmark(quick=args.quick, output=output, **overrides)
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     elif args.suite == "profile":
-        print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output)))
+        print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output, **overrides)))
     elif args.suite == "steps":
         print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output, **overrides)))
     else:
@@ -553,9 +554,9 @@ def build_parser():
         "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
         "that the jit_compile=auto rule stands on; scale: training images/s with data "
         "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
-        "accelerator); profile: where the quadratic step's time goes, by op kind, from "
-        "the backend's profiler, on each path in float32 and mixed_bfloat16 (on a GPU "
-        "with JAX: its kernels, batch 100)",
+        "accelerator); profile: where a model's step time goes (the quadratic one's, or "
+        "the one --models names), by op kind, from the backend's profiler, on each path "
+        "in float32 and mixed_bfloat16 (on a GPU with JAX: its kernels, batch 100)",
     )
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument(
@@ -563,13 +564,14 @@ def build_parser():
         type=_names,
         default=None,
         help="gpu, steps and formats suites: the models to measure, comma-separated "
-        "(default: the suite's paper models; tiny ones with --quick)",
+        "(default: the suite's paper models; tiny ones with --quick); profile suite: the one "
+        "model to profile (default: quadratic; quadratic_tiny with --quick)",
     )
     benchmarking.add_argument(
         "--precisions",
         type=_names,
         default=None,
-        help="gpu and steps suites: the training precisions to measure, "
+        help="gpu, steps and profile suites: the training precisions to measure, "
         "comma-separated (default: float32, mixed_bfloat16 and, on the "
         "gpu suite, mixed_float16; a GPU run cut short by a time limit "
         "can measure the rest into a file of its own)",

@@ -2,7 +2,8 @@
 
 For each precision and path (XLA; TensorFlow's graph, oneDNN on a CPU), in a
 worker process of its own, the backend's profiler (TensorFlow's, or JAX's,
-where every step is XLA) records `repeats` training steps of one model after
+where every step is XLA) records `repeats` training steps of one model (the
+quadratic one, or the one `--models` names) after
 `warmup` steps. On a GPU only the device's kernels are counted (the host's
 launches of them would count twice), and their sum beside the step's time
 is how busy the device kept. Every event of the trace gets its
@@ -33,7 +34,8 @@ import numpy as np
 
 from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import random_images, run_in_workers
-from keras_attnconv.models import build_model
+from keras_attnconv.models import build_model, get_model_config
+from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.utils.reports import device_description, json_settings, machine, write_report
 
 PROFILE_FULL = {
@@ -313,9 +315,24 @@ def profile_settings(quick):
     return {**(PROFILE_QUICK if quick else PROFILE_GPU if on_gpu else PROFILE_FULL), "paths": ("xla",)}
 
 
-def run_profile(quick=False, output="bench-profile.json", **overrides):
-    """Profiles every (precision, path) case, one worker at a time; writes JSON and a markdown table beside it."""
+def run_profile(quick=False, output="bench-profile.json", models=None, **overrides):
+    """Profiles every (precision, path) case, one worker at a time; writes JSON and a markdown table beside it.
+
+    Args:
+        models: None (the suite's model), or a sequence of one model name: a profile is of one model's step,
+            minutes of a GPU with its precisions.
+        **overrides: settings replacing the suite's, e.g. ``precisions``.
+    """
+    if models is not None:
+        if len(models) != 1:
+            raise ValueError(
+                "`models` must name one model: the profile suite profiles one model's step a run. "
+                f"Received: models={','.join(models)!r}"
+            )
+        overrides["model"] = models[0]
     settings = json_settings({**profile_settings(quick), **overrides})
+    get_model_config(settings["model"], image_size=settings["image_size"])  # an unknown name: the closest ones
+    check_precisions(settings["precisions"])
     cases = [
         {**settings, "precision": precision, "path": path}
         for precision in settings["precisions"]

@@ -11,7 +11,7 @@ import pytest
 from support import quick_bench_on_jax
 
 from keras_attnconv import bench, cli
-from keras_attnconv.bench import cpu_suite, formats, gpu_suite
+from keras_attnconv.bench import cpu_suite, formats, gpu_suite, profile_suite
 from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.reports import package_revision
@@ -454,7 +454,8 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
     [
         (
             ["--suite", "cpu", "--precisions", "float32"],
-            "--precisions is for the gpu and steps suites; the cpu suite has its own cases. Received: --suite cpu",
+            "--precisions is for the gpu, steps and profile suites; the cpu suite has its own cases. "
+            "Received: --suite cpu",
         ),
         (
             ["--suite", "gpu", "--precisions", "mixed_bfloat61"],
@@ -471,11 +472,27 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         ),
         (
             ["--suite", "cpu", "--models", "quadratic"],
-            "--models is for the gpu, steps and formats suites; the cpu suite has its own cases. Received: --suite cpu",
+            "--models is for the gpu, steps, formats and profile suites; the cpu suite has its own cases. "
+            "Received: --suite cpu",
         ),
         (
             ["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
-            "--models is for the gpu, steps and formats suites, --image-size is for the gpu suite; the profile suite",
+            "--image-size is for the gpu suite; the profile suite has its own cases",
+        ),
+        (
+            ["--suite", "scale", "--models", "quadratic", "--precisions", "float32"],
+            "--models is for the gpu, steps, formats and profile suites, --precisions is for the gpu, steps and "
+            "profile suites; the scale suite",
+        ),
+        (["--suite", "profile", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (
+            ["--suite", "profile", "--models", "quadratic,learned"],
+            "`models` must name one model: the profile suite profiles one model's step a run. "
+            "Received: models='quadratic,learned'",
+        ),
+        (
+            ["--suite", "profile", "--precisions", "mixed_bfloat61"],
+            "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'",
         ),
         (["--suite", "steps", "--image-size", "64"], "--image-size is for the gpu suite; the steps suite has its own"),
         (
@@ -493,6 +510,7 @@ def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkey
     monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(cpu_suite, "model_step_benchmark", lambda **kwargs: pytest.fail("a step was measured"))
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: pytest.fail("a format was measured"))
+    monkeypatch.setattr(profile_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     assert cli.main(["bench", *arguments, "--output", str(tmp_path / "out.json")]) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

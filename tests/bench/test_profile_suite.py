@@ -48,11 +48,14 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # the workers' temporary files
     output = tmp_path / "profile.json"
-    assert cli.main(["bench", "--suite", "profile", "--quick", "--output", str(output)]) == 0
+    # The model and the precisions the command line names (the default model is profiled on JAX below).
+    arguments = ["--models", "learned_content_tiny", "--precisions", "mixed_bfloat16"]
+    assert cli.main(["bench", "--suite", "profile", "--quick", *arguments, "--output", str(output)]) == 0
     assert not list(scratch.glob("attnconv-profile-*"))  # the traces are read, not left behind
     results = json.loads(output.read_text())
-    assert [(row["precision"], row["path"]) for row in results["rows"]] == [
-        (precision, path) for precision in bench.PROFILE_QUICK["precisions"] for path in ("xla", "graph")
+    assert results["settings"]["model"] == "learned_content_tiny"
+    assert [(row["model"], row["precision"], row["path"]) for row in results["rows"]] == [
+        ("learned_content_tiny", "mixed_bfloat16", path) for path in ("xla", "graph")
     ]
     for row in results["rows"]:
         total, share = profile_suite.shares(row)
@@ -60,6 +63,7 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
         assert sum(share.values()) == pytest.approx(1.0)
         assert 0 < row["cores_busy"] <= os.cpu_count() + 0.5  # the OS's count, a little slack for its ticks
     table = (tmp_path / "profile.md").read_text()
+    assert "`learned_content_tiny`, batch 2, 8x8x3" in table
     assert "| precision | path | step ms | op ms | matmul | random | other |" in table
     assert "| CPU cores busy (OS) |" in table
     assert "the 5 largest op kinds" in capsys.readouterr().out
@@ -92,6 +96,7 @@ def test_quick_profile_runs_on_jax_without_tensorflow(tmp_path, jax_without_tens
     results, _ = quick_bench_on_jax("profile", output, jax_without_tensorflow)
     assert results["settings"]["paths"] == ["xla"]  # JAX has no graph path
     (row,) = results["rows"]
+    assert row["model"] == bench.PROFILE_QUICK["model"]  # the suite's own, where --models names none
     total, share = profile_suite.shares(row)
     assert row["path"] == "xla" and row["step_ms"] > 0 and total > 0 and share["matmul"] > 0
     assert row["trace_lines"]  # the lines the op time was read from
