@@ -22,6 +22,7 @@ from keras_attnconv.layers import MirrorAverage, MirroredBatch, PixelNormalizati
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.models.step_compilation import resolve_jit_compile_for
+from keras_attnconv.models.training_state import build_training_state
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils.checks import check_bool, check_known_fields, check_positive_int, plain_numbers
 
@@ -334,6 +335,7 @@ class ImageClassifier(keras.Model):
         validation = kwargs.get("validation_data")
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
             self._check_labels(validation[1], "validation_data")
+        build_training_state(self, x, y)
         return super().fit(x, y, *args, **kwargs)
 
     def _check_labels(self, labels, argument):

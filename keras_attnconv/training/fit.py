@@ -232,6 +232,7 @@ def _fit(config, plan, run, resume_from=None):
 def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile_for
     from keras_attnconv.models.summary import trainable_parameters
+    from keras_attnconv.models.training_state import build_training_state
     from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
     from keras_attnconv.utils.reports import device_description, package_revision
 
@@ -255,6 +256,8 @@ def _fit_in_scope(config, plan, run, resume_from):
             metrics=["accuracy"],
             jit_compile=jit_compile,
         )
+        # ArrayBatches are a PyDataset, whose batch shapes `fit` cannot know without reading a batch.
+        build_training_state(model, plan.train_batches.images, plan.train_batches.labels)
         backup = ResumableBackup(run.backup_dir)
         initial_epoch = backup.restore(model, resume_from)
     if initial_epoch:

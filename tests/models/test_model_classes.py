@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import walk_modules
+from support import requires_tensorflow, walk_modules
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.layers.encoder import encoder_blocks
@@ -332,6 +332,46 @@ def test_compile_alone_fits_one_hot_labels_with_a_categorical_loss_too():
     model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # the default metrics follow the labels
     history = model.fit(pixels(), np.eye(10)[[0, 1]], epochs=1, verbose=0).history
     assert "accuracy" in history
+
+
+def traced_steps(model):
+    """{"train": n, "test": n}: how many times `model`'s train and test steps are traced (called in Python)."""
+    traces = {"train": 0, "test": 0}
+    for kind in traces:
+        step = getattr(model, f"{kind}_step")
+
+        def counted(data, kind=kind, step=step):
+            traces[kind] += 1
+            return step(data)
+
+        setattr(model, f"{kind}_step", counted)
+    return traces
+
+
+@requires_tensorflow
+@pytest.mark.parametrize("labels", ["sparse", "one-hot"])
+@pytest.mark.parametrize("feed", ["arrays", "tf.data"])
+def test_fit_and_evaluate_trace_their_step_once_on_tensorflow(feed, labels):
+    """Keras' TensorFlow trainer creates the optimizer and metric variables in the first trace of a step, which
+    TensorFlow then traces again: the model creates them before, from the shapes of the data (`training_state`)."""
+    import tensorflow as tf
+
+    y = np.arange(4) % 10 if labels == "sparse" else np.eye(10, dtype="float32")[np.arange(4)]
+    data = (
+        {"x": pixels(4), "y": y}
+        if feed == "arrays"
+        else {"x": tf.data.Dataset.from_tensor_slices((pixels(4), y)).batch(2)}
+    )
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    loss = keras.losses.SparseCategoricalCrossentropy if labels == "sparse" else keras.losses.CategoricalCrossentropy
+    model.compile("sgd", loss(from_logits=True), jit_compile=False)
+    traces = traced_steps(model)
+    history = model.fit(**data, batch_size=2 if feed == "arrays" else None, epochs=2, shuffle=False, verbose=0).history
+    assert traces == {"train": 1, "test": 0} and len(history["accuracy"]) == 2
+    # The metric follows the labels: accuracy of the 4 images, whichever form their labels take.
+    logits = keras.ops.convert_to_numpy(model.predict(pixels(4), verbose=0))
+    _, accuracy = model.evaluate(**data, verbose=0)
+    assert traces == {"train": 1, "test": 1} and accuracy == pytest.approx(np.mean(logits.argmax(-1) == np.arange(4)))
 
 
 def test_with_config_that_changes_a_weights_shape_is_named():
