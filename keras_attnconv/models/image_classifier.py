@@ -338,6 +338,10 @@ class ImageClassifier(keras.Model):
         build_training_state(self, x, y)
         return super().fit(x, y, *args, **kwargs)
 
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        build_training_state(self, x, y)
+        return super().train_on_batch(x, y, *args, **kwargs)
+
     def _check_labels(self, labels, argument):
         labels = np.asarray(labels) if isinstance(labels, (np.ndarray, list)) else None
         sparse = (

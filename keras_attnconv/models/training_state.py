@@ -3,7 +3,8 @@
 Without tf.distribute, Keras' TensorFlow trainer defers building the optimizer,
 the loss and the metrics to the first trace of the train function. A
 `tf.function` whose first trace creates variables is traced a second time,
-without them: so every `fit` on TensorFlow traced its training step twice.
+without them: so every `fit` (and `train_on_batch`) on TensorFlow traced its
+training step twice.
 Measured on a 2-core AMD EPYC (AVX-512 BF16), a tiny `attnconv` run took
 8.0 -> 6.9 s with XLA and 3.3 -> 3.1 s in a graph. Keras builds them ahead
 itself under a distribution strategy (and always on JAX), from the symbolic

@@ -374,6 +374,15 @@ def test_fit_and_evaluate_trace_their_step_once_on_tensorflow(feed, labels):
     assert traces == {"train": 1, "test": 1} and accuracy == pytest.approx(np.mean(logits.argmax(-1) == np.arange(4)))
 
 
+@requires_tensorflow
+def test_train_on_batch_traces_its_step_once_on_tensorflow():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    model.compile("sgd", jit_compile=False)
+    traces = traced_steps(model)
+    losses = [model.train_on_batch(pixels(4), np.arange(4)) for _ in range(2)]
+    assert traces == {"train": 1, "test": 0} and np.isfinite(losses).all()
+
+
 def test_with_config_that_changes_a_weights_shape_is_named():
     with pytest.raises(ValueError, match="must keep every weight's shape.*Received: num_classes=3"):
         build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)
