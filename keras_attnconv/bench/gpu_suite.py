@@ -8,7 +8,8 @@ loss scaling), in a fresh worker process of its own:
   `train_on_batch` returns the loss to the host): the median of `steps`
   steps after `warmup_steps`;
 - images/s through `model.fit` on in-memory arrays: one warm-up epoch, then
-  one timed epoch of `fit_images` images;
+  one timed epoch of `fit_images` images, with the step compiled for the
+  timed steps above (each image weighs 1 in both, so both take one program);
 - peak device memory (the allocator's peak; a process peak resident set on
   a CPU);
 - achieved TFLOP/s (the forward FLOPs of `attnconv list` on the path taken,
@@ -105,10 +106,15 @@ def measure_case(
     built, auto_path = _build(model, precision, image_size, forced_path)
     x = ops.convert_to_tensor(random_images(batch, image_size))
     y = ops.convert_to_tensor((np.arange(batch) % 10).astype("int32"))
+    # Every image weighs 1, in the timed steps and in `fit` alike. Without weights `train_on_batch` hands the
+    # step (x, y, None) and `fit` (x, y): two programs, and `fit` compiled the step again (on an H200 a full
+    # model's compilation is tens of seconds of the device's time). With them the step is compiled once; the
+    # loss is the same, for one more multiply of `batch` numbers.
+    weights = ops.ones((batch,), "float32")
 
     def step():
         # The returned loss is a host float: the step has finished on the device.
-        losses.append(built.train_on_batch(x, y))
+        losses.append(built.train_on_batch(x, y, sample_weight=weights))
 
     losses = []
     seconds, compile_seconds = interleaved({"step": step}, steps, warmup=warmup_steps)
@@ -118,7 +124,16 @@ def measure_case(
     labels = (np.arange(fit_images) % 10).astype("int32")
     # The epoch's end waits for the device (its logs are read on the host); the first epoch is the warm-up.
     throughput = Throughput(fit_images)
-    built.fit(images, labels, batch_size=batch, epochs=2, shuffle=False, verbose=0, callbacks=[throughput])
+    built.fit(
+        images,
+        labels,
+        sample_weight=np.ones(fit_images, "float32"),
+        batch_size=batch,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[throughput],
+    )
     peak_mib, memory_source = device_peak_memory()
     flops_per_step = 3 * count_flops(built).total * batch  # forward + backward ~ 3x the forward pass
     cost = xla_cost(built, x, y) if model == paths_of else None

@@ -647,3 +647,25 @@ def test_a_report_says_how_many_cpus_a_confined_process_could_use():
         == cpu_suite.machine_text(machine)
         == ("AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
     )
+
+
+def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypatch):
+    """A full model's compilation costs tens of seconds of a lent GPU: `fit` must not compile the step again."""
+    traces, traces_before_fit = [], []
+    build = gpu_suite._build
+
+    def counting_build(*args, **kwargs):
+        built, auto_path = build(*args, **kwargs)
+        step, fit = built.train_step, built.fit
+        built.train_step = lambda *step_args: traces.append(1) or step(*step_args)
+        built.fit = lambda *fit_args, **fit_kwargs: (
+            traces_before_fit.append(len(traces)) or fit(*fit_args, **fit_kwargs)
+        )
+        return built, auto_path
+
+    monkeypatch.setattr(gpu_suite, "_build", counting_build)
+    settings = {**bench.GPU_QUICK, "precisions": ("float32",)}
+    case = next(case for case in gpu_suite.cases(settings) if case["model"] == "resnet_tiny")
+    row = gpu_suite.measure_case(**case)
+    assert row["finite_loss"] and row["fit_images_per_second"] > 0
+    assert traces_before_fit == [len(traces)] and traces, (traces_before_fit, len(traces))
