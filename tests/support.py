@@ -577,6 +577,23 @@ def run_until_killed(script, timeout=300):
     assert result.returncode == -signal.SIGKILL, f"the script was not killed where it should be: {result.stderr}"
 
 
+def traced_steps(model):
+    """{"train": n, "test": n}: how many times `model`'s train and test steps are traced (called in Python).
+
+    Either backend's step: TensorFlow's takes (data), JAX's (state, data).
+    """
+    traces = {"train": 0, "test": 0}
+    for kind in traces:
+        step = getattr(model, f"{kind}_step")
+
+        def counted(*step_args, kind=kind, step=step):
+            traces[kind] += 1
+            return step(*step_args)
+
+        setattr(model, f"{kind}_step", counted)
+    return traces
+
+
 def tiny_model(name="tiny", seed=0):
     """A model that exports in about a second: enough for the publication and file-system tests."""
     from keras_attnconv.models import ResNet

@@ -8,7 +8,7 @@ import sys
 import keras
 import numpy as np
 import pytest
-from support import quick_bench_on_jax
+from support import quick_bench_on_jax, traced_steps
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, formats, gpu_suite, profile_suite
@@ -656,10 +656,10 @@ def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypat
 
     def counting_build(*args, **kwargs):
         built, auto_path = build(*args, **kwargs)
-        step, fit = built.train_step, built.fit
-        built.train_step = lambda *step_args: traces.append(1) or step(*step_args)
+        traces.append(traced_steps(built))
+        fit = built.fit
         built.fit = lambda *fit_args, **fit_kwargs: (
-            traces_before_fit.append(len(traces)) or fit(*fit_args, **fit_kwargs)
+            traces_before_fit.append(traces[0]["train"]) or fit(*fit_args, **fit_kwargs)
         )
         return built, auto_path
 
@@ -668,4 +668,5 @@ def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypat
     case = next(case for case in gpu_suite.cases(settings) if case["model"] == "resnet_tiny")
     row = gpu_suite.measure_case(**case)
     assert row["finite_loss"] and row["fit_images_per_second"] > 0
-    assert traces_before_fit == [len(traces)] and traces, (traces_before_fit, len(traces))
+    (counted,) = traces
+    assert traces_before_fit == [counted["train"]] and counted["train"], (traces_before_fit, counted)

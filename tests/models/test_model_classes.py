@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import requires_tensorflow, walk_modules
+from support import requires_tensorflow, traced_steps, walk_modules
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.layers.encoder import encoder_blocks
@@ -332,20 +332,6 @@ def test_compile_alone_fits_one_hot_labels_with_a_categorical_loss_too():
     model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))  # the default metrics follow the labels
     history = model.fit(pixels(), np.eye(10)[[0, 1]], epochs=1, verbose=0).history
     assert "accuracy" in history
-
-
-def traced_steps(model):
-    """{"train": n, "test": n}: how many times `model`'s train and test steps are traced (called in Python)."""
-    traces = {"train": 0, "test": 0}
-    for kind in traces:
-        step = getattr(model, f"{kind}_step")
-
-        def counted(data, kind=kind, step=step):
-            traces[kind] += 1
-            return step(data)
-
-        setattr(model, f"{kind}_step", counted)
-    return traces
 
 
 @requires_tensorflow
