@@ -10,8 +10,9 @@ loss scaling), in a fresh worker process of its own:
 - images/s through `model.fit` on in-memory arrays: one warm-up epoch, then
   one timed epoch of `fit_images` images, with the step compiled for the
   timed steps above (each image weighs 1 in both, so both take one program);
-- peak device memory (the allocator's peak; a process peak resident set on
-  a CPU);
+- peak device memory (the allocator's peak, every allocation of the
+  process; a process peak resident set on a CPU), and the step's own
+  memory, as XLA assigned it (`largest_program_mib`);
 - achieved TFLOP/s (the forward FLOPs of `attnconv list` on the path taken,
   times 3 for forward + backward) and its fraction of a large matmul in the
   compute dtype, timed by its own worker in the same run.
@@ -20,6 +21,10 @@ The quadratic model runs on each of its attention paths (the separable row
 and column passes and the dense position contraction), so that the
 per-platform rule of `keras_attnconv.layers.path_rule` can be checked
 against the same run; `auto_path` says which one the rule picks here.
+One model (`unscaled_float16_of`) is also measured in mixed_float16 without
+loss scaling: Keras wraps the optimizer in a `LossScaleOptimizer` under
+mixed_float16 (a finiteness check of every gradient and a conditional update
+each step), and that case puts a figure on its cost beside the scaled one.
 
 Runs without TensorFlow (`KERAS_BACKEND=jax`), the way the GPU machine has it.
 """
@@ -49,6 +54,7 @@ GPU_FULL = {
     "models": ("quadratic", "gaussian", "learned", "learned_content", "resnet18"),
     "precisions": ("mixed_bfloat16", *(p for p in PRECISIONS if p != "mixed_bfloat16")),
     "paths_of": "quadratic",
+    "unscaled_float16_of": "resnet18",
     "batch": 100,
     "image_size": 32,
     "warmup_steps": 5,
@@ -62,6 +68,7 @@ GPU_QUICK = {
     "models": ("quadratic_tiny", "resnet_tiny"),
     "precisions": ("mixed_float16",),
     "paths_of": "quadratic_tiny",
+    "unscaled_float16_of": "resnet_tiny",
     "batch": 4,
     "image_size": 8,
     "warmup_steps": 1,
@@ -81,7 +88,7 @@ def _attention_path(model):
     return None
 
 
-def _build(model, precision, image_size, forced_path=None):
+def _build(model, precision, image_size, forced_path=None, loss_scaling=True):
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
     auto_path = _attention_path(built)
     if forced_path is not None:
@@ -90,20 +97,31 @@ def _build(model, precision, image_size, forced_path=None):
         optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
+        auto_scale_loss=loss_scaling,  # Keras' default; it only acts under mixed_float16
     )
     return built, auto_path
 
 
 def measure_case(
-    model, precision, batch, image_size, warmup_steps, steps, fit_images, forced_path=None, paths_of=None, **_
+    model,
+    precision,
+    batch,
+    image_size,
+    warmup_steps,
+    steps,
+    fit_images,
+    forced_path=None,
+    loss_scaling=True,
+    paths_of=None,
+    **_,
 ):
     """One model in one precision (on one forced attention path): times, throughput, memory. A worker's job.
 
     The model measured on each path (`paths_of`) also gets XLA's count of its step's FLOPs and bytes (on JAX):
-    one more compilation, so only there.
+    one more compilation, so only there. `loss_scaling` False compiles without Keras' loss scaling.
     """
     keras.utils.set_random_seed(0)
-    built, auto_path = _build(model, precision, image_size, forced_path)
+    built, auto_path = _build(model, precision, image_size, forced_path, loss_scaling)
     x = ops.convert_to_tensor(random_images(batch, image_size))
     y = ops.convert_to_tensor((np.arange(batch) % 10).astype("int32"))
     # Every image weighs 1, in the timed steps and in `fit` alike. Without weights `train_on_batch` hands the
@@ -143,6 +161,9 @@ def measure_case(
         "forced_path": forced_path,
         "path": _attention_path(built),
         "auto_path": auto_path,
+        "loss_scaling": loss_scaling,
+        # What the step ran with: Keras wraps the optimizer in a LossScaleOptimizer under mixed_float16 only.
+        "loss_scale_optimizer": isinstance(built.optimizer, keras.optimizers.LossScaleOptimizer),
         "batch": batch,
         "compile_seconds": compile_seconds["step"],
         "step_ms": 1e3 * step_seconds,
@@ -185,18 +206,27 @@ def floor_ms(row, matmul_tflops, read_gbps):
 
 
 def cases(settings):
-    """One case per (precision, model, path): the quadratic model on each of its paths, the others on theirs."""
+    """One case per (precision, model, path): the quadratic model on each of its paths, the others on theirs.
+
+    In mixed_float16, `unscaled_float16_of` is measured a second time, without loss scaling.
+    """
     found = []
     for precision in settings["precisions"]:
         for model in settings["models"]:
             paths = list(PATHS) if model == settings["paths_of"] else [None]
-            found += [{**settings, "model": model, "precision": precision, "forced_path": path} for path in paths]
+            case = {**settings, "model": model, "precision": precision, "loss_scaling": True}
+            found += [{**case, "forced_path": path} for path in paths]
+            if precision == "mixed_float16" and model == settings.get("unscaled_float16_of"):
+                found.append({**case, "forced_path": None, "loss_scaling": False})
     return found
 
 
 def _case_key(case):
-    """What a case is (a row of the results carries the same fields as the case it measured)."""
-    return case["model"], case["precision"], case["forced_path"]
+    """What a case is (a row of the results carries the same fields as the case it measured).
+
+    Rows written before cases had `loss_scaling` were all measured with it.
+    """
+    return case["model"], case["precision"], case["forced_path"], case.get("loss_scaling", True)
 
 
 def _previous_results(output, settings, code):
@@ -248,7 +278,7 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
     for case in cases(settings):
         if _case_key(case) in done:
             continue
-        row = run_in_workers("gpu-case", [case], concurrently=False)[0]
+        row = run_in_workers("gpu-case", [case], concurrently=False, program_memory=True)[0]
         compute_dtype = keras.DTypePolicy(row["precision"]).compute_dtype
         row["fraction_of_matmul"] = row["achieved_tflops"] / results["matmul_tflops"][compute_dtype]
         results["rows"].append(row)
@@ -259,6 +289,10 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
 
 def _write(results, output):
     write_report(output, results, gpu_markdown(results))
+
+
+def _precision_label(row):
+    return row["precision"] if row.get("loss_scaling", True) else f"{row['precision']}, no loss scaling"
 
 
 def gpu_markdown(results):
@@ -276,20 +310,26 @@ def gpu_markdown(results):
         + ", ".join(f"{d} {r:.3g}" for d, r in rates.items())
         + f" TFLOP/s; read bandwidth ({settings['read_mib']} MiB) {results['read_gbps']:.4g} GB/s.",
         "",
-        "| model | path | precision | compile s | step ms | fit images/s | peak MiB | TFLOP/s | of matmul |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | path | precision | compile s | step ms | fit images/s | peak MiB | step MiB | TFLOP/s | of matmul |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
         path = row["path"] or "-"
         if row["path"] is not None and row["path"] == row["auto_path"]:
             path += " (auto)"
+        step_mib = "-" if row.get("program_mib") is None else f"{row['program_mib']:.0f}"
         lines.append(
-            f"| `{row['model']}` | {path} | {row['precision']} | {row['compile_seconds']:.1f} "
+            f"| `{row['model']}` | {path} | {_precision_label(row)} | {row['compile_seconds']:.1f} "
             f"| {row['step_ms']:.2f} | {row['fit_images_per_second']:.0f} | {row['peak_memory_mib']:.0f} "
-            f"| {row['achieved_tflops']:.3g} | {100 * row['fraction_of_matmul']:.0f}% |"
+            f"| {step_mib} | {row['achieved_tflops']:.3g} | {100 * row['fraction_of_matmul']:.0f}% |"
         )
     memory = {row["memory_source"] for row in results["rows"]}
-    lines += ["", f"Peak memory: {', '.join(sorted(memory))}."]
+    lines += [
+        "",
+        f"Peak memory: {', '.join(sorted(memory))}. Step MiB: the memory XLA assigned to the compiled training step "
+        "(its buffers at their peak, the same on every run); the allocator's peak counts every allocation the "
+        "process made on the device, whatever made it.",
+    ]
     floors = [(row, floor_ms(row, rates, results["read_gbps"])) for row in results["rows"]]
     floors = [(row, floor) for row, floor in floors if floor is not None]
     if floors:
@@ -306,7 +346,7 @@ def gpu_markdown(results):
         for row, floor in floors:
             fit_ms = 1e3 * settings["batch"] / row["fit_images_per_second"]
             lines.append(
-                f"| `{row['model']}` | {row['path']} | {row['precision']} | {row['step_ms']:.2f} "
+                f"| `{row['model']}` | {row['path']} | {_precision_label(row)} | {row['step_ms']:.2f} "
                 f"| {fit_ms:.2f} | {row['flops_per_step'] / 1e9:.4g} | {row['xla_flops'] / 1e9:.4g} "
                 f"| {row['xla_bytes'] / 1e9:.3g} | {floor:.3g} | {row['step_ms'] / floor:.1f}x "
                 f"| {fit_ms / floor:.1f}x |"

@@ -219,15 +219,17 @@ def test_program_memory_is_the_largest_buffer_assignment(tmp_path):
 
 
 def test_gpu_suite_covers_every_model_precision_and_both_quadratic_paths():
-    found = {(case["model"], case["precision"], case["forced_path"]) for case in gpu_suite.cases(bench.GPU_FULL)}
+    found = [gpu_suite._case_key(case) for case in gpu_suite.cases(bench.GPU_FULL)]
     precisions = ("float32", "mixed_bfloat16", "mixed_float16")
     expected = {
-        (model, precision, None)
+        (model, precision, None, True)
         for model in ("gaussian", "learned", "learned_content", "resnet18")
         for precision in precisions
     }
-    expected |= {("quadratic", precision, path) for path in ("separable", "position") for precision in precisions}
-    assert found == expected
+    expected |= {("quadratic", precision, path, True) for path in ("separable", "position") for precision in precisions}
+    # ResNet-18 once more in mixed_float16, without Keras' loss scaling: what the scaling costs, side by side.
+    expected.add(("resnet18", "mixed_float16", None, False))
+    assert sorted(found) == sorted(expected)
     assert bench.GPU_FULL["batch"] == 100 and bench.GPU_FULL["steps"] >= 20 and bench.GPU_FULL["fit_images"] >= 5000
 
 
@@ -250,8 +252,15 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     results, result = quick_bench_on_jax("gpu", output, jax_without_tensorflow)
     assert results["command"] == f"attnconv bench --suite gpu --quick --output {output}"
     assert set(results["matmul_tflops"]) == {"float32", "bfloat16", "float16"}
-    rows = {(row["model"], row["path"]): row for row in results["rows"]}
-    assert set(rows) == {("quadratic_tiny", "separable"), ("quadratic_tiny", "position"), ("resnet_tiny", None)}
+    rows = {(row["model"], row["path"], row["loss_scaling"]): row for row in results["rows"]}
+    assert set(rows) == {
+        ("quadratic_tiny", "separable", True),
+        ("quadratic_tiny", "position", True),
+        ("resnet_tiny", None, True),
+        ("resnet_tiny", None, False),
+    }
+    # The step ran with a LossScaleOptimizer exactly where loss scaling was asked for (all rows are mixed_float16).
+    assert all(row["loss_scale_optimizer"] == row["loss_scaling"] for row in results["rows"])
     grid = bench.GPU_QUICK["image_size"] // 2  # the tiny model's 2x2 down-sampling
     auto = "separable" if prefers_separable(grid, grid, "cpu") else "position"
     assert {row["auto_path"] for row in results["rows"] if row["model"] == "quadratic_tiny"} == {auto}
@@ -259,6 +268,7 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
         assert row["precision"] == "mixed_float16" and row["finite_loss"]
         assert row["step_ms"] > 0 and row["fit_images_per_second"] > 0 and row["compile_seconds"] > 0
         assert row["peak_memory_mib"] > 0 and row["achieved_tflops"] > 0 and row["fraction_of_matmul"] > 0
+        assert row["program_mib"] > 0  # the compiled step's own memory, from XLA's buffer assignment
         # XLA's count of the work, and the floor it sets, for the model measured on each path only.
         costed = row["model"] == "quadratic_tiny"
         floor = gpu_suite.floor_ms(row, results["matmul_tflops"], results["read_gbps"])
@@ -270,6 +280,7 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     assert results["read_gbps"] > 0
     table = (tmp_path / "gpu.md").read_text()
     assert "| model | path | precision |" in table and f"{auto} (auto)" in table and "| floor ms |" in table
+    assert "| step MiB |" in table and "| mixed_float16, no loss scaling |" in table
     assert "fit images/s" in result.stdout
 
 
@@ -283,7 +294,7 @@ FAKE_GPU_REFERENCES = {
 
 def fake_gpu_row(case):
     return {
-        **{k: case[k] for k in ("model", "precision", "forced_path")},
+        **{k: case[k] for k in ("model", "precision", "forced_path", "loss_scaling")},
         "path": case["forced_path"],
         "auto_path": None,
         "compile_seconds": 1.0,
@@ -299,7 +310,7 @@ def fake_gpu_row(case):
 def workers_cut_off_after_two_cases(measured):
     """Fake GPU workers that measure the references, then two cases, then hit a time limit once; `measured` logs it."""
 
-    def fake_workers(kind, cases, concurrently):
+    def fake_workers(kind, cases, concurrently, **_):
         if kind == "gpu-references":
             measured.append("references")
             return [FAKE_GPU_REFERENCES]
@@ -361,7 +372,7 @@ def test_gpu_suite_goes_on_from_a_file_written_before_files_recorded_the_package
 def test_gpu_suite_models_and_image_size_come_from_the_command_line(tmp_path, monkeypatch):
     chosen = []
 
-    def fake_workers(kind, cases, concurrently):
+    def fake_workers(kind, cases, concurrently, **_):
         if kind == "gpu-references":
             return [FAKE_GPU_REFERENCES]
         (case,) = cases
@@ -399,7 +410,7 @@ def test_gpu_suite_precisions_come_from_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(
         gpu_suite,
         "run_in_workers",
-        lambda kind, cases, concurrently: (
+        lambda kind, cases, concurrently, **_: (
             [FAKE_GPU_REFERENCES]
             if kind == "gpu-references"
             else [measured.append(cases[0]["precision"]) or fake_gpu_row(cases[0])]
@@ -422,7 +433,7 @@ def test_gpu_suite_precisions_come_from_the_command_line(tmp_path, monkeypatch):
         )
         == 0
     )
-    assert measured == ["mixed_float16", "float32"]
+    assert measured == ["mixed_float16", "mixed_float16", "float32"]  # ResNet-18 with and without loss scaling
     assert json.loads(output.read_text())["settings"]["precisions"] == ["mixed_float16", "float32"]
 
 
