@@ -36,6 +36,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.analysis.throughput import Throughput
+from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import (
     device_peak_memory,
     interleaved,
@@ -300,8 +301,11 @@ def gpu_markdown(results):
     versions = ", ".join(
         f"{name} {device[name]}" for name in ("keras", "jax", "jaxlib", "tensorflow", "python") if name in device
     )
+    # On a CPU, which one: its model and what it has for bfloat16 (a CPU's figures mean nothing without them).
+    on_cpu = device["device"].endswith("(cpu)") and "cpus" in device
     lines = [
-        f"Device: {device['device']}; backend {device['backend']}; {versions}.",
+        f"Device: {device['device']}{f': {machine_text(device)}' if on_cpu else ''}; backend {device['backend']}; "
+        f"{versions}.",
         f"Command: `{results['command']}`" if results.get("command") else None,
         f"Batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}x3 inputs, XLA. Step: median "
         f"of {settings['steps']} training steps after {settings['warmup_steps']}, each waited for. Fit: "
@@ -327,7 +331,7 @@ def gpu_markdown(results):
     lines += [
         "",
         f"Peak memory: {', '.join(sorted(memory))}. Step MiB: the memory XLA assigned to the compiled training step "
-        "(its buffers at their peak, the same on every run); the allocator's peak counts every allocation the "
+        "(its buffers at their peak, the same on every run); a device allocator's peak counts every allocation the "
         "process made on the device, whatever made it.",
     ]
     floors = [(row, floor_ms(row, rates, results["read_gbps"])) for row in results["rows"]]

@@ -281,6 +281,7 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     table = (tmp_path / "gpu.md").read_text()
     assert "| model | path | precision |" in table and f"{auto} (auto)" in table and "| floor ms |" in table
     assert "| step MiB |" in table and "| mixed_float16, no loss scaling |" in table
+    assert f"Device: cpu (cpu): {cpu_suite.machine_text(results['device'])};" in table  # which CPU, beside its figures
     assert "fit images/s" in result.stdout
 
 
