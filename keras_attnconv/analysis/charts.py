@@ -18,6 +18,11 @@ def accuracy_standard_error(accuracy, examples):
     return math.sqrt(accuracy * (1 - accuracy) / examples)
 
 
+def precision_label(row):
+    """A benchmark row's training precision, and ", no loss scaling" where its mixed_float16 step ran without it."""
+    return row["precision"] if row.get("loss_scaling", True) else f"{row['precision']}, no loss scaling"
+
+
 def _rows_of(results, argument):
     rows = results.get("rows") if isinstance(results, dict) else None
     if not rows:
@@ -131,8 +136,8 @@ def plot_gpu_steps(results):
 
     rows = _rows_of(results, "results")
     models = list(dict.fromkeys(f"{row['model']} ({row['path'] or '-'})" for row in rows))
-    precisions = list(dict.fromkeys(row["precision"] for row in rows))
-    step = {(f"{row['model']} ({row['path'] or '-'})", row["precision"]): row["step_ms"] for row in rows}
+    precisions = list(dict.fromkeys(precision_label(row) for row in rows))
+    step = {(f"{row['model']} ({row['path'] or '-'})", precision_label(row)): row["step_ms"] for row in rows}
     figure, axes = plt.subplots(
         1, 2, figsize=(11, 1.5 + 0.45 * len(models) * len(precisions) / 2), layout="constrained", sharey=True
     )

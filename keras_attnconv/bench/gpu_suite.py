@@ -35,6 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attnconv.analysis.charts import precision_label
 from keras_attnconv.analysis.throughput import Throughput
 from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import (
@@ -292,10 +293,6 @@ def _write(results, output):
     write_report(output, results, gpu_markdown(results))
 
 
-def _precision_label(row):
-    return row["precision"] if row.get("loss_scaling", True) else f"{row['precision']}, no loss scaling"
-
-
 def gpu_markdown(results):
     device, settings, rates = results["device"], results["settings"], results["matmul_tflops"]
     versions = ", ".join(
@@ -323,7 +320,7 @@ def gpu_markdown(results):
             path += " (auto)"
         step_mib = "-" if row.get("program_mib") is None else f"{row['program_mib']:.0f}"
         lines.append(
-            f"| `{row['model']}` | {path} | {_precision_label(row)} | {row['compile_seconds']:.1f} "
+            f"| `{row['model']}` | {path} | {precision_label(row)} | {row['compile_seconds']:.1f} "
             f"| {row['step_ms']:.2f} | {row['fit_images_per_second']:.0f} | {row['peak_memory_mib']:.0f} "
             f"| {step_mib} | {row['achieved_tflops']:.3g} | {100 * row['fraction_of_matmul']:.0f}% |"
         )
@@ -350,7 +347,7 @@ def gpu_markdown(results):
         for row, floor in floors:
             fit_ms = 1e3 * settings["batch"] / row["fit_images_per_second"]
             lines.append(
-                f"| `{row['model']}` | {row['path']} | {_precision_label(row)} | {row['step_ms']:.2f} "
+                f"| `{row['model']}` | {row['path']} | {precision_label(row)} | {row['step_ms']:.2f} "
                 f"| {fit_ms:.2f} | {row['flops_per_step'] / 1e9:.4g} | {row['xla_flops'] / 1e9:.4g} "
                 f"| {row['xla_bytes'] / 1e9:.3g} | {floor:.3g} | {row['step_ms'] / floor:.1f}x "
                 f"| {fit_ms / floor:.1f}x |"

@@ -117,3 +117,24 @@ def test_the_gpu_benchmark_chart_draws_every_model_in_every_precision_and_the_sp
     assert [bar.get_width() for bar in steps.patches] == [40.0, 20.0]
     assert [bar.get_width() for bar in speedups.patches] == [1.0, 2.0]
     assert [text.get_text() for text in steps.get_legend().get_texts()] == ["float32", "mixed_bfloat16"]
+
+
+def test_the_gpu_benchmark_chart_draws_the_unscaled_float16_case_beside_the_scaled_one():
+    # Same model, path and precision: only loss scaling tells the two apart, and neither may hide the other.
+    rows = [
+        {"model": "resnet18", "path": None, "precision": precision, "step_ms": step, "loss_scaling": scaling}
+        for precision, step, scaling in (
+            ("float32", 40.0, True),
+            ("mixed_float16", 20.0, True),
+            ("mixed_float16", 10.0, False),
+        )
+    ]
+    figure = charts.plot_gpu_steps({"rows": rows, "device": {"device": "H100"}, "settings": {"batch": 100}})
+    steps, speedups = figure.axes
+    assert [bar.get_width() for bar in steps.patches] == [40.0, 20.0, 10.0]
+    assert [bar.get_width() for bar in speedups.patches] == [1.0, 2.0, 4.0]
+    assert [text.get_text() for text in steps.get_legend().get_texts()] == [
+        "float32",
+        "mixed_float16",
+        "mixed_float16, no loss scaling",
+    ]
