@@ -285,6 +285,7 @@ _SUITE_OVERRIDES = {
     "steps": ("models", "precisions"),
     "formats": ("models", "bfloat16_serving"),
     "profile": ("models", "precisions"),
+    "plan": ("models", "precisions", "target"),
 }
 # --bfloat16-serving's words, as `formats.measures_bfloat16_serving` takes them.
 _BFLOAT16_SERVING = {"auto": "auto", "yes": True, "no": False}
@@ -316,6 +317,7 @@ def _bench(args):
         "steps": "bench-steps.json",
         "scale": "bench-scale.json",
         "profile": "bench-profile.json",
+        "plan": "bench-plan.json",
     }
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     given = (
@@ -323,6 +325,7 @@ def _bench(args):
         ("precisions", args.precisions),
         ("image_size", args.image_size),
         ("bfloat16_serving", _BFLOAT16_SERVING.get(args.bfloat16_serving)),
+        ("target", args.target),
     )
     overrides = {key: value for key, value in given if value is not None}
     refused = [key for key in overrides if key not in _SUITE_OVERRIDES.get(args.suite, ())]
@@ -352,6 +355,9 @@ def _bench(args):
         print(bench.formats_markdown(results["formats"], results["settings"]["repeats"]))
     elif args.suite == "profile":
         print(bench.profile_markdown(bench.run_profile(quick=args.quick, output=output, **overrides)))
+    elif args.suite == "plan":
+        results = bench.run_plan(quick=args.quick, output=output, command=args.command_line, **overrides)
+        print(bench.plan_markdown(results))
     elif args.suite == "steps":
         print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output, **overrides)))
     else:
@@ -546,7 +552,7 @@ def build_parser():
     benchmarking.add_argument(
         "--suite",
         default="cpu",
-        choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile"),
+        choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile", "plan"),
         help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
         "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
         "the accelerator; numerics: training, far centers and large grids in the three "
@@ -556,14 +562,16 @@ def build_parser():
         "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
         "accelerator); profile: where a model's step time goes (the quadratic one's, or "
         "the one --models names), by op kind, from the backend's profiler, on each path "
-        "in float32 and mixed_bfloat16 (on a GPU with JAX: its kernels, batch 100)",
+        "in float32 and mixed_bfloat16 (on a GPU with JAX: its kernels, batch 100); plan: "
+        "each model's training step compiled for an H200 or H100 (--target) without one "
+        '(needs pip install "jax[cuda12]"), its kernels\' bytes, FLOPs and floor',
     )
     benchmarking.add_argument("--quick", action="store_true", help="tiny shapes, a smoke test (about a minute)")
     benchmarking.add_argument(
         "--models",
         type=_names,
         default=None,
-        help="gpu, steps and formats suites: the models to measure, comma-separated "
+        help="gpu, steps, formats and plan suites: the models to measure, comma-separated "
         "(default: the suite's paper models; tiny ones with --quick); profile suite: the one "
         "model to profile (default: quadratic; quadratic_tiny with --quick)",
     )
@@ -571,10 +579,16 @@ def build_parser():
         "--precisions",
         type=_names,
         default=None,
-        help="gpu, steps and profile suites: the training precisions to measure, "
+        help="gpu, steps, profile and plan suites: the training precisions to measure, "
         "comma-separated (default: float32, mixed_bfloat16 and, on the "
         "gpu suite, mixed_float16; a GPU run cut short by a time limit "
         "can measure the rest into a file of its own)",
+    )
+    benchmarking.add_argument(
+        "--target",
+        choices=("h200", "h100"),
+        default=None,
+        help="plan suite: the GPU to compile for (default: h200)",
     )
     benchmarking.add_argument(
         "--image-size",

@@ -17,6 +17,9 @@
 - `run_profile` (`attnconv bench --suite profile`, `profile_suite`): where
   a training step's time goes, by op kind, from TensorFlow's profiler (on
   each path) or JAX's (XLA; on a GPU, its kernels), in each precision.
+- `run_plan` (`attnconv bench --suite plan`, `plan_suite`): a training
+  step compiled for an H200 or H100 on a machine without one, read as a
+  roofline (`hlo_roofline`): kernels, bytes moved, matmul FLOPs, floor.
 - `run_format_benchmark` (`attnconv bench --suite formats`, `formats`, also
   part of the CPU suite): inference in Keras, TensorFlow (SavedModel),
   onnxruntime and LiteRT, batch 1 and batch 64.
@@ -38,6 +41,7 @@ from keras_attnconv.bench.cpu_suite import (
 )
 from keras_attnconv.bench.formats import FORMATS_FULL, FORMATS_QUICK, formats_markdown, run_format_benchmark
 from keras_attnconv.bench.gpu_suite import GPU_FULL, GPU_QUICK, gpu_markdown, run_gpu_benchmark
+from keras_attnconv.bench.plan_suite import PLAN_MODELS, TARGETS, plan_markdown, run_plan
 from keras_attnconv.bench.profile_suite import PROFILE_FULL, PROFILE_QUICK, profile_markdown, run_profile
 from keras_attnconv.bench.scale_suite import SCALE_FULL, SCALE_QUICK, run_scale_benchmark, scale_markdown
 
@@ -45,20 +49,24 @@ __all__ = [
     "FORMATS_FULL",
     "FORMATS_QUICK",
     "FULL",
+    "PLAN_MODELS",
     "GPU_FULL",
     "GPU_QUICK",
     "PROFILE_FULL",
     "PROFILE_QUICK",
     "QUICK",
+    "TARGETS",
     "SCALE_FULL",
     "SCALE_QUICK",
     "formats_markdown",
     "gpu_markdown",
     "markdown_tables",
+    "plan_markdown",
     "profile_markdown",
     "run_benchmark",
     "run_format_benchmark",
     "run_gpu_benchmark",
+    "run_plan",
     "run_profile",
     "run_scale_benchmark",
     "run_step_benchmark",

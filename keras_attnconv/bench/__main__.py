@@ -5,6 +5,7 @@ import sys
 
 from keras_attnconv.bench.cpu_suite import layer_memory, model_memory
 from keras_attnconv.bench.gpu_suite import measure_case, measure_references
+from keras_attnconv.bench.plan_suite import plan_case
 from keras_attnconv.bench.profile_suite import profile_case
 from keras_attnconv.bench.scale_suite import measure_scale_case
 
@@ -15,6 +16,7 @@ WORKERS = {
     "gpu-references": measure_references,
     "scale-case": measure_scale_case,
     "profile-case": profile_case,
+    "plan-case": plan_case,
 }
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ device"); `attnconv bench` re-measures them on every run (the CPU suite's
 layer tables; the GPU suite runs the quadratic model on both paths).
 """
 
+import contextlib
 import functools
 
 import keras
@@ -58,11 +59,29 @@ def default_platform():
 
 
 def checked_platform(platform):
-    """`platform`, or this machine's where None; ValueError naming the argument for anything else."""
-    platform = platform or default_platform()
+    """`platform`, or where None the one `paths_for` names, else this machine's; ValueError naming the argument
+    for anything else."""
+    platform = platform or (_PATHS_FOR[-1] if _PATHS_FOR else default_platform())
     if platform not in PLATFORMS:
         raise ValueError(f"`platform` must be one of {PLATFORMS}. Received: platform={platform!r}")
     return platform
+
+
+_PATHS_FOR = []  # the platforms of the `paths_for` blocks entered, innermost last
+
+
+@contextlib.contextmanager
+def paths_for(platform):
+    """Inside the block, layers take the paths the rules pick on `platform` instead of this machine's.
+
+    For compiling ahead of time for another device: the plan suite (`attnconv bench --suite plan`)
+    builds and traces a GPU's training step on a CPU. Layers built outside the block keep their path.
+    """
+    _PATHS_FOR.append(checked_platform(platform))
+    try:
+        yield
+    finally:
+        _PATHS_FOR.pop()
 
 
 def prefers_separable(height, width, platform=None):

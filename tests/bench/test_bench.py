@@ -11,7 +11,7 @@ import pytest
 from support import quick_bench_on_jax, traced_steps
 
 from keras_attnconv import bench, cli
-from keras_attnconv.bench import cpu_suite, formats, gpu_suite, profile_suite
+from keras_attnconv.bench import cpu_suite, formats, gpu_suite, plan_suite, profile_suite
 from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.reports import package_revision
@@ -466,7 +466,7 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
     [
         (
             ["--suite", "cpu", "--precisions", "float32"],
-            "--precisions is for the gpu, steps and profile suites; the cpu suite has its own cases. "
+            "--precisions is for the gpu, steps, profile and plan suites; the cpu suite has its own cases. "
             "Received: --suite cpu",
         ),
         (
@@ -484,7 +484,7 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         ),
         (
             ["--suite", "cpu", "--models", "quadratic"],
-            "--models is for the gpu, steps, formats and profile suites; the cpu suite has its own cases. "
+            "--models is for the gpu, steps, formats, profile and plan suites; the cpu suite has its own cases. "
             "Received: --suite cpu",
         ),
         (
@@ -493,8 +493,8 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         ),
         (
             ["--suite", "scale", "--models", "quadratic", "--precisions", "float32"],
-            "--models is for the gpu, steps, formats and profile suites, --precisions is for the gpu, steps and "
-            "profile suites; the scale suite",
+            "--models is for the gpu, steps, formats, profile and plan suites, --precisions is for the gpu, steps, "
+            "profile and plan suites; the scale suite",
         ),
         (["--suite", "profile", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (
@@ -514,6 +514,12 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         (["--suite", "steps", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "plan", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (
+            ["--suite", "plan", "--precisions", "mixed_bfloat61"],
+            "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'",
+        ),
+        (["--suite", "gpu", "--target", "h100"], "--target is for the plan suite; the gpu suite has its own cases"),
         (["--suite", "gpu", "--image-size", "0"], "`image_size` must be a positive integer. Received: image_size=0"),
         (["--suite", "gpu", "--models", "quadratic", "--image-size", "33"], "`image_size` must be a multiple of"),
     ],
@@ -523,6 +529,7 @@ def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkey
     monkeypatch.setattr(cpu_suite, "model_step_benchmark", lambda **kwargs: pytest.fail("a step was measured"))
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: pytest.fail("a format was measured"))
     monkeypatch.setattr(profile_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
+    monkeypatch.setattr(plan_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     assert cli.main(["bench", *arguments, "--output", str(tmp_path / "out.json")]) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ from support import randomize_weights, training_calls, value_and_gradients
 
 from keras_attnconv import build_model
 from keras_attnconv.layers import RelativeMultiHeadAttention, get_position_score
-from keras_attnconv.layers.path_rule import default_platform
+from keras_attnconv.layers.path_rule import default_platform, paths_for
 from keras_attnconv.models.attention_classifier import with_attention_options
 
 
@@ -222,3 +222,21 @@ def test_the_path_rule_is_per_platform():
     assert forced.attention_mode_for(16, 16, "gpu") == "separable"
     with pytest.raises(ValueError, match="platform='cuda'"):
         layer.attention_mode_for(16, 16, "cuda")
+
+
+def test_inside_paths_for_layers_take_another_platform_s_paths_and_outside_their_machine_s():
+    def built():
+        layer = RelativeMultiHeadAttention(2)
+        layer.build((None, 16, 16, 3))
+        return layer
+
+    here = default_platform()
+    with paths_for("gpu"):
+        assert built().attention_mode == "position"
+        with paths_for("cpu"):
+            assert built().attention_mode == "separable"
+        assert built().attention_mode == "position"
+    assert built().attention_mode == built().attention_mode_for(16, 16, here)
+    with pytest.raises(ValueError, match="platform='cuda'"):
+        with paths_for("cuda"):
+            pass

@@ -1,0 +1,210 @@
+"""An XLA program read as a roofline: the bytes each of its kernels moves and the FLOPs of its matmuls.
+
+`kernel_costs` walks the entry computation of an optimized, scheduled HLO
+module (the text of ``jax.jit(f).lower(...).compile().as_text()``). Each of
+its instructions that computes something is one kernel on a GPU (a fusion, a
+library matmul, a copy); it reads its operands and writes its result, and
+nothing it keeps on chip in between counts. An operand that the kernel only
+slices or gathers counts with the part it reads. A matmul's FLOPs are
+``2 * output elements * contracted size``, inside a fusion or as a library
+call (cuBLAS' custom call).
+
+`roofline` bounds each kernel by the slower of its bytes at the device's
+read bandwidth and its FLOPs at its matmul rate, and sums the bounds: the
+step's time if its kernels ran one after another at those rates, a floor
+that a profile's kernel time can be set beside. The rates are measured
+ones (the GPU suite's references), not the data sheet's.
+
+It reads the text alone, so it works on any XLA backend's module. The GPU
+plan suite (`keras_attnconv.bench.plan_suite`) compiles a training step
+for a GPU on a machine without one and reads it with this.
+"""
+
+import collections
+import dataclasses
+import re
+
+# Bytes per element of HLO's element types.
+_ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4}
+_ELEMENT_BYTES.update({"f64": 8, "s64": 8, "u64": 8})
+_ARRAY = re.compile(r"\b(" + "|".join(_ELEMENT_BYTES) + r")\[([0-9,]*)\]")
+# `%name = shape opcode(operands), attributes`, the shape a tuple or an array with its layout.
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (.*?) ([\w-]+)\((.*)$")
+# Instructions that are no kernel: they name or regroup buffers, or only start and end a transfer.
+_NO_KERNEL = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "copy-start", "copy-done"}
+_PARTIAL_READS = {"slice", "dynamic-slice", "gather"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    name: str
+    shape: str  # the result's shape text, e.g. "bf16[100,256]{1,0}" or a tuple of them
+    opcode: str
+    rest: str  # the operands and attributes, as written
+
+    @property
+    def operands(self):
+        """The names of the operands, in order."""
+        return re.findall(r"%([\w.\-]+)", self.rest.split("), ")[0])
+
+    @property
+    def callees(self):
+        return re.findall(r"calls=%([\w.\-]+)", self.rest)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    name: str
+    kind: str  # "matmul", or the fusion's kind ("kLoop", "kInput", ...) or opcode
+    bytes: int  # read and written
+    flops: int
+    source: str  # the framework op it came from (XLA's op_name metadata), "" if none
+    shape: str  # the result's (its first array, for a tuple)
+
+
+def array_bytes(shape):
+    """Bytes of every array in an HLO shape text (a tuple counts all its arrays)."""
+    total = 0
+    for element, dimensions in _ARRAY.findall(shape):
+        count = 1
+        for size in filter(None, dimensions.split(",")):
+            count *= int(size)
+        total += count * _ELEMENT_BYTES[element]
+    return total
+
+
+def _dimensions(shape):
+    match = _ARRAY.search(shape)
+    return [int(size) for size in filter(None, match.group(2).split(","))] if match else []
+
+
+def parse_module(text):
+    """{computation name: [Instruction]} of an HLO module's text; the entry computation is named "ENTRY"."""
+    computations, body = {}, None
+    for line in text.splitlines():
+        if line.startswith("ENTRY"):
+            body = computations.setdefault("ENTRY", [])
+        elif line.startswith("%") and line.rstrip().endswith("{"):
+            body = computations.setdefault(line.split()[0][1:], [])
+        elif line.startswith("}"):
+            body = None
+        elif body is not None and (match := _INSTRUCTION.match(line)):
+            body.append(Instruction(*match.groups()))
+    if "ENTRY" not in computations:
+        raise ValueError("The text has no ENTRY computation: it is not an HLO module's text.")
+    return computations
+
+
+def _contracted_size(rest, lhs_shape):
+    """The product of the lhs' contracting dimensions, as a dot or a library matmul's attributes give them."""
+    match = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", rest) or re.search(
+        r'"lhs_contracting_dimensions":\[([^\]]*)\]', rest
+    )
+    size = 1
+    for index in re.findall(r"\d+", match.group(1)) if match else []:
+        size *= _dimensions(lhs_shape)[int(index)]
+    return size
+
+
+def _matmul_flops(instruction, shapes):
+    elements = 1
+    for size in _dimensions(instruction.shape):  # a library call's tuple: its first array is the product
+        elements *= size
+    return 2 * elements * _contracted_size(instruction.rest, shapes.get(instruction.operands[0], ""))
+
+
+def _is_library_matmul(instruction):
+    target = re.search(r'custom_call_target="([^"]*)"', instruction.rest)
+    # cuBLAS' calls: "__cublas$gemm", "__cublas$lt$matmul" (and their fp8 kinds).
+    return instruction.opcode == "custom-call" and target is not None and target.group(1).startswith("__cublas")
+
+
+def _fused_flops(computations, name):
+    """FLOPs of the dots in a called computation and those it calls."""
+    body = computations.get(name, [])
+    shapes = {instruction.name: instruction.shape for instruction in body}
+    flops = 0
+    for instruction in body:
+        if instruction.opcode == "dot":
+            flops += _matmul_flops(instruction, shapes)
+        flops += sum(_fused_flops(computations, callee) for callee in instruction.callees)
+    return flops
+
+
+def _operand_read(computations, kernel, index, shape):
+    """Bytes `kernel` reads of its operand `index`: the sliced or gathered parts where that is all it does with it."""
+    full = array_bytes(shape)
+    if len(kernel.callees) != 1:
+        return full
+    body = computations.get(kernel.callees[0], [])
+    parameter = next((i.name for i in body if i.opcode == "parameter" and i.rest.startswith(f"{index})")), None)
+    uses = [i for i in body if parameter is not None and parameter in i.operands]
+    if uses and all(use.opcode in _PARTIAL_READS and use.operands[0] == parameter for use in uses):
+        return min(full, sum(array_bytes(use.shape) for use in uses))
+    return full
+
+
+def kernel_costs(text):
+    """The `KernelCost` of every kernel of an optimized HLO module's entry computation, in program order."""
+    computations = parse_module(text)
+    entry = computations["ENTRY"]
+    shapes = {instruction.name: instruction.shape for instruction in entry}
+    costs = []
+    for kernel in entry:
+        if kernel.opcode in _NO_KERNEL:
+            continue
+        operands = [name for name in kernel.operands if name in shapes]
+        read = sum(_operand_read(computations, kernel, i, shapes[name]) for i, name in enumerate(operands))
+        written = array_bytes(kernel.shape)
+        if _is_library_matmul(kernel):
+            flops = _matmul_flops(kernel, shapes)
+            # The library call's result is (product, workspace): the workspace is scratch, not traffic.
+            written = array_bytes(_ARRAY.search(kernel.shape).group(0)) if _ARRAY.search(kernel.shape) else 0
+        else:
+            flops = sum(_fused_flops(computations, callee) for callee in kernel.callees)
+        kind = re.search(r"kind=(k\w+)", kernel.rest)
+        kind = "matmul" if flops else (kind.group(1) if kind else kernel.opcode)
+        source = re.search(r'op_name="([^"]*)"', kernel.rest)
+        costs.append(
+            KernelCost(
+                kernel.name,
+                kind,
+                read + written,
+                flops,
+                source.group(1) if source else "",
+                _ARRAY.search(kernel.shape).group(0) if _ARRAY.search(kernel.shape) else kernel.shape,
+            )
+        )
+    return costs
+
+
+def kernel_floor_s(cost, read_gbps, matmul_tflops):
+    """The least time of one kernel: its bytes at the read bandwidth or its FLOPs at the matmul rate."""
+    return max(cost.bytes / (read_gbps * 1e9), cost.flops / (matmul_tflops * 1e12))
+
+
+def roofline(costs, read_gbps, matmul_tflops):
+    """Totals of `kernel_costs`: {"kernels", "gbytes", "tflop", "floor_ms", "by_kind": {kind: {...}}}."""
+    by_kind = collections.defaultdict(lambda: {"kernels": 0, "gbytes": 0.0, "tflop": 0.0, "floor_ms": 0.0})
+    for cost in costs:
+        entry = by_kind[cost.kind]
+        entry["kernels"] += 1
+        entry["gbytes"] += cost.bytes / 1e9
+        entry["tflop"] += cost.flops / 1e12
+        entry["floor_ms"] += kernel_floor_s(cost, read_gbps, matmul_tflops) * 1e3
+    return {
+        "kernels": len(costs),
+        "gbytes": sum(cost.bytes for cost in costs) / 1e9,
+        "tflop": sum(cost.flops for cost in costs) / 1e12,
+        "floor_ms": sum(kernel_floor_s(cost, read_gbps, matmul_tflops) for cost in costs) * 1e3,
+        "by_kind": dict(sorted(by_kind.items(), key=lambda item: -item[1]["floor_ms"])),
+    }
+
+
+def largest_kernels(costs, read_gbps, matmul_tflops, count=10):
+    """The `count` kernels with the largest floors, as dicts with their floor in microseconds."""
+    ranked = sorted(costs, key=lambda cost: -kernel_floor_s(cost, read_gbps, matmul_tflops))[:count]
+    return [
+        {**dataclasses.asdict(cost), "floor_us": kernel_floor_s(cost, read_gbps, matmul_tflops) * 1e6}
+        for cost in ranked
+    ]

@@ -1,0 +1,104 @@
+# ruff: noqa: E501 (the HLO text is as XLA writes it: one instruction a line)
+"""The GPU plan suite: its roofline reader of XLA programs, its GPU targets, and its guard without JAX's CUDA plugin."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from keras_attnconv.bench import hlo_roofline, plan_suite
+
+# A scheduled module as XLA writes it: a library matmul with its workspace, a fusion that slices half
+# of its operand, a fused dot, and instructions that are no kernel.
+MODULE = """HloModule jit_step, is_scheduled=true
+
+%fused_slice (param_0.1: f32[64,32]) -> f32[32,32] {
+  %param_0.1 = f32[64,32]{1,0} parameter(0)
+  ROOT %slice.1 = f32[32,32]{1,0} slice(%param_0.1), slice={[0:32], [0:32]}
+}
+
+%fused_dot (param_0.2: bf16[16,8], param_1.2: bf16[8,4]) -> bf16[16,4] {
+  %param_0.2 = bf16[16,8]{1,0} parameter(0)
+  %param_1.2 = bf16[8,4]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[16,4]{1,0} dot(%param_0.2, %param_1.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4]) -> f32[32,32] {
+  %a = f32[64,32]{1,0} parameter(0), metadata={op_name="a"}
+  %x = bf16[16,8]{1,0} parameter(1)
+  %w = bf16[8,4]{1,0} parameter(2)
+  %gemm = (f32[64,64]{1,0}, s8[1024]{0}) custom-call(%a, %a), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"]}}}
+  %product = f32[64,64]{1,0} get-tuple-element(%gemm), index=0
+  %dot_fusion = bf16[16,4]{1,0} fusion(%x, %w), kind=kCustom, calls=%fused_dot, metadata={op_name="jit(step)/layer/dot_general"}
+  ROOT %slice_fusion = f32[32,32]{1,0} fusion(%a), kind=kLoop, calls=%fused_slice
+}
+"""
+
+
+def test_each_kernel_moves_its_operands_and_result_and_does_its_matmuls_flops():
+    costs = {cost.name: cost for cost in hlo_roofline.kernel_costs(MODULE)}
+    assert set(costs) == {"gemm", "dot_fusion", "slice_fusion"}  # parameters and tuple reads are no kernel
+    # cuBLAS: both operands read, the product written (not its workspace); 2 * 64 * 64 * 32 FLOPs.
+    assert costs["gemm"].bytes == 2 * 64 * 32 * 4 + 64 * 64 * 4
+    assert costs["gemm"].flops == 2 * 64 * 64 * 32 and costs["gemm"].kind == "matmul"
+    assert costs["dot_fusion"].bytes == (16 * 8 + 8 * 4 + 16 * 4) * 2
+    assert costs["dot_fusion"].flops == 2 * 16 * 4 * 8
+    assert costs["dot_fusion"].source == "jit(step)/layer/dot_general"
+    # The slicing fusion reads the half it slices.
+    assert costs["slice_fusion"].bytes == 2 * 32 * 32 * 4 and costs["slice_fusion"].kind == "kLoop"
+
+
+def test_the_floor_of_a_kernel_is_its_slower_bound_and_the_step_s_is_their_sum():
+    costs = hlo_roofline.kernel_costs(MODULE)
+    gbps, tflops = 1.0, 1e-6  # 1 GB/s and 1 MFLOP/s: bytes in ns, FLOPs in us
+    floors = [hlo_roofline.kernel_floor_s(cost, gbps, tflops) for cost in costs]
+    assert floors == [max(cost.bytes / 1e9, cost.flops / 1e6) for cost in costs]
+    totals = hlo_roofline.roofline(costs, gbps, tflops)
+    assert totals["kernels"] == 3
+    assert totals["floor_ms"] == pytest.approx(sum(floors) * 1e3)
+    assert totals["gbytes"] == pytest.approx(sum(cost.bytes for cost in costs) / 1e9)
+    assert sum(kind["kernels"] for kind in totals["by_kind"].values()) == 3
+    largest = hlo_roofline.largest_kernels(costs, gbps, tflops, count=1)
+    assert largest[0]["name"] == "gemm" and largest[0]["floor_us"] == pytest.approx(max(floors) * 1e6)
+
+
+def test_a_compiled_jax_program_is_read_with_its_matmul_flops():
+    jax = pytest.importorskip("jax")
+    x, w = np.ones((128, 64), "float32"), np.ones((64, 32), "float32")
+    text = jax.jit(lambda x, w: jax.numpy.tanh(x @ w)).lower(x, w).compile().as_text()
+    costs = hlo_roofline.kernel_costs(text)
+    assert sum(cost.flops for cost in costs) == 2 * 128 * 32 * 64
+    assert sum(cost.bytes for cost in costs) >= (128 * 64 + 64 * 32 + 128 * 32) * 4
+
+
+def test_text_without_an_entry_computation_is_refused():
+    with pytest.raises(ValueError, match="no ENTRY computation"):
+        hlo_roofline.kernel_costs("not a module")
+
+
+@pytest.mark.parametrize("target", sorted(plan_suite.TARGETS))
+def test_the_targets_rates_are_those_the_gpu_suite_measured_on_the_chip(target):
+    chip = plan_suite.TARGETS[target]
+    with open(chip.rates_from) as results:
+        measured = json.load(results)
+    assert chip.name in measured["device"]["device"]
+    assert chip.read_gbps == pytest.approx(measured["read_gbps"], abs=0.05)
+    for dtype, rate in chip.matmul_tflops.items():
+        assert rate == pytest.approx(measured["matmul_tflops"][dtype], abs=0.05)
+    assert f'device_description_str: "{chip.name}"' in chip.config()
+
+
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(name) for name in ("jax_cuda12_plugin", "jax_cuda13_plugin")),
+    reason="JAX's CUDA plugin is installed here",
+)
+def test_without_jax_s_cuda_plugin_the_plan_says_what_to_install_and_writes_nothing(tmp_path):
+    with pytest.raises(RuntimeError, match=r'pip install "jax\[cuda12\]"'):
+        plan_suite.run_plan(output=str(tmp_path / "plan.json"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_plan_suite_refuses_an_unknown_target_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="target='a100'"):
+        plan_suite.run_plan(output=str(tmp_path / "plan.json"), target="a100")
