@@ -126,6 +126,18 @@ class LearnedRelativeScore(PositionScore):
             ops.concatenate([rows, zeros_r], axis=-1), ops.concatenate([zeros_c, cols], axis=-1)
         )
 
+    def axis_shift_table(self, height, width):
+        # Row shift d1 is the column (row_emb[d1], 0), column shift d2 the column (0, col_emb[d2]).
+        rows = self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width)
+        cols = self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width)
+        return ops.concatenate(
+            [
+                ops.pad(ops.transpose(rows), [[0, self.axis_dim], [0, 0]]),
+                ops.pad(ops.transpose(cols), [[self.axis_dim, 0], [0, 0]]),
+            ],
+            axis=1,
+        )
+
     def content_position_scores(self, queries, height, width):
         # Factorised form: q.r_delta = q_row.row_emb[d1] + q_col.col_emb[d2], never
         # materialising the (H*W, H*W, D_p) encoding.

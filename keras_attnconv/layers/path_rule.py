@@ -18,7 +18,10 @@ Layers with a window (neighbourhood attention) choose between the tiled
 windowed path (``tiles * Bq * Rk`` scores, `keras_attnconv.layers.neighbourhood`)
 and global attention with the window as a mask (``T^2`` scores): see
 `prefers_windowed`. `attention_mode` puts the rules together into the path a
-`RelativeMultiHeadAttention` takes on a grid.
+`RelativeMultiHeadAttention` takes on a grid. `folds_content_position` says
+where the content-position term of an encoding with per-axis tables is folded
+into the query projection (accelerators), and `paths_for` makes layers take
+another platform's paths (to compile ahead of time for it).
 
 The measurements behind each rule are in docs/performance.md ("Attention
 paths on a CPU", "Local attention on a CPU", "The attention path per
@@ -91,6 +94,21 @@ def prefers_separable(height, width, platform=None):
     if platform == "cpu":
         return fewer_flops
     return fewer_flops and height * width > ACCELERATOR_DENSE_MAX_TOKENS
+
+
+def folds_content_position(platform=None):
+    """Whether the content-position term of an encoding with per-axis tables is folded into the query projection.
+
+    Folded (`attention_paths.shift_score_kernel`), the tokens are projected onto every row and
+    column shift's encoding and each pair reads its two shifts: fewer bytes moved (the tokens
+    are read instead of the 9x wider queries, and nothing of the queries' size is re-laid out),
+    about 4x the term's FLOPs. XLA's plan of `learned_content`'s step for an H200 (`attnconv
+    bench --suite plan`) moves 11% fewer bytes folded: accelerators fold. On a CPU the step is
+    bound by FLOPs, not bytes, and the term is computed from the queries per image row and column:
+    folded, `learned_content_tiny`'s step took 6% longer with TensorFlow on a 2-core AMD EPYC, on
+    XLA and in a graph (docs/performance.md, "A GPU's step compiled without the GPU").
+    """
+    return checked_platform(platform) != "cpu"
 
 
 # The windowed path is taken when it scores at most this fraction of the T^2 pairs of global attention.

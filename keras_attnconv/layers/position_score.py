@@ -135,6 +135,18 @@ class PositionScore(keras.layers.Layer):
         encoding = ops.cast(self.relative_encoding(height, width), queries.dtype)
         return ops.cast(ops.einsum("bqhd,qkd->bhqk", queries, encoding), "float32")
 
+    def axis_shift_table(self, height, width):
+        """``r_delta`` as a row part plus a column part, or None (the default: not factorised so).
+
+        A score whose encoding is ``r_delta = r_row[delta_1] + r_col[delta_2]`` returns a float32
+        (encoding_dim, (2H-1) + (2W-1)) table: the ``r_row`` of every row shift (column
+        ``delta_1 + H - 1``) and then the ``r_col`` of every column shift. The content-position term
+        is then each query's products with these columns, read at every pair's two shifts
+        (`shift_geometry.pair_scores_from_axis_shifts`), and the attention folds the table into
+        its query projection (`attention_paths.global_score_parts`).
+        """
+        return None
+
     def content_position_multiply_adds(self, height, width, window=None):
         """Multiply-adds of the content-position term per example and head (for FLOP counts).
 

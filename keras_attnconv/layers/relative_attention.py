@@ -54,7 +54,7 @@ from keras_attnconv.layers.attention_span import get_attention_span
 from keras_attnconv.layers.dropout import Dropout
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
-from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments
+from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments, folds_content_position
 from keras_attnconv.layers.position_score_factory import (
     POSITION_SCORES,
     check_score_fits_attention,
@@ -401,7 +401,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
         span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
         queries, keys, score_terms = global_score_parts(
-            tokens, self._score_weights(), height, width, self.position_score, position_bias, span_bias
+            tokens,
+            self._score_weights(),
+            height,
+            width,
+            self.position_score,
+            position_bias,
+            span_bias,
+            fold_content_position=folds_content_position(),
         )
         return self._compute_attention(queries, keys, tokens, score_terms, window_mask, training=training)
 

@@ -9,9 +9,9 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import eq8_reference, randomize_weights
+from support import eq8_reference, randomize_weights, value_and_gradients
 
-from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore
+from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore, relative_attention
 
 TERMS = ("use_content_content", "use_content_position", "use_key_bias", "use_position_bias")
 
@@ -44,12 +44,15 @@ def test_layer_equals_numpy_eq8(terms, score):
 
 @pytest.mark.parametrize("output_dim", [2, 6, 9])
 @pytest.mark.parametrize("projection", [False, True])
-def test_contraction_orders_and_position_key_projection_match_eq8(output_dim, projection):
-    # output_dim < input_dim takes the values-first contraction order.
+@pytest.mark.parametrize("score", ["quadratic", "learned"])
+def test_contraction_orders_and_position_key_projection_match_eq8(output_dim, projection, score):
+    # output_dim < input_dim takes the values-first contraction order. The learned encoding's
+    # content-position term is folded into the query projection, with W_hat or without.
     x = np.random.default_rng(1).normal(size=(2, 4, 3, 6)).astype("float32")
     layer = RelativeMultiHeadAttention(
         num_heads=2,
         output_dim=output_dim,
+        position_score=score,
         use_content_content=True,
         use_content_position=True,
         position_key_projection=projection,
@@ -214,3 +217,49 @@ def test_integer_inputs_are_values_not_zeros(kwargs, dtype):
     assert outputs.dtype == "float32"
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-5, atol=1e-4)
     assert np.abs(expected).max() > 1.0
+
+
+@pytest.mark.parametrize("grid", [(3, 4), (4, 3), (1, 5)], ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("projection", [False, True])
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_the_folded_content_position_term_equals_eq8_and_the_unfolded_term(monkeypatch, grid, projection, use_bias):
+    # Accelerators fold the learned encoding's content-position term into the query projection
+    # (`path_rule.folds_content_position`); forced here on the CPU, it gives eq. (8), and the values
+    # and gradients of the term computed from the queries.
+    x = np.random.default_rng(6).normal(size=(2, *grid, 6)).astype("float32")
+
+    def layer(fold):
+        monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold)
+        attention = RelativeMultiHeadAttention(
+            num_heads=3,
+            position_score=LearnedRelativeScore(3, embedding_dim=4, max_position=6, head_vectors=False),
+            key_dim=5,
+            use_content_content=True,
+            use_content_position=True,
+            use_position_bias=False,
+            position_key_projection=projection,
+            use_bias=use_bias,
+        )
+        attention.build(x.shape)
+        randomize_weights(attention, seed=7)
+        return attention
+
+    folded, unfolded = layer(True), layer(False)  # the same weights: drawn from the same seed in the same order
+
+    def values_and_gradients(attention, fold):
+        monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold)
+        return value_and_gradients(attention, x)
+
+    (y, gradients), (expected_y, expected_gradients) = (
+        values_and_gradients(folded, True),
+        values_and_gradients(unfolded, False),
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected_y), atol=1e-5)
+    names = ["inputs", *(v.name for v in unfolded.trainable_variables)]
+    for name, a, b in zip(names, gradients, expected_gradients):
+        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5, err_msg=name)
+    monkeypatch.setattr(relative_attention, "folds_content_position", lambda: True)
+    expected, expected_probs = eq8_reference(folded, x)
+    outputs, probs = folded(x, return_attention_scores=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(probs), expected_probs, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, atol=1e-5)

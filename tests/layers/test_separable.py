@@ -8,7 +8,7 @@ from support import randomize_weights, training_calls, value_and_gradients
 
 from keras_attnconv import build_model
 from keras_attnconv.layers import RelativeMultiHeadAttention, get_position_score
-from keras_attnconv.layers.path_rule import default_platform, paths_for
+from keras_attnconv.layers.path_rule import default_platform, folds_content_position, paths_for
 from keras_attnconv.models.attention_classifier import with_attention_options
 
 
@@ -224,6 +224,12 @@ def test_the_path_rule_is_per_platform():
         layer.attention_mode_for(16, 16, "cuda")
 
 
+def test_accelerators_fold_the_content_position_term_into_the_query_projection_and_a_cpu_does_not():
+    assert [folds_content_position(platform) for platform in ("cpu", "gpu", "tpu")] == [False, True, True]
+    with pytest.raises(ValueError, match="platform='cuda'"):
+        folds_content_position("cuda")
+
+
 def test_inside_paths_for_layers_take_another_platform_s_paths_and_outside_their_machine_s():
     def built():
         layer = RelativeMultiHeadAttention(2)
@@ -232,11 +238,12 @@ def test_inside_paths_for_layers_take_another_platform_s_paths_and_outside_their
 
     here = default_platform()
     with paths_for("gpu"):
-        assert built().attention_mode == "position"
+        assert built().attention_mode == "position" and folds_content_position()
         with paths_for("cpu"):
-            assert built().attention_mode == "separable"
-        assert built().attention_mode == "position"
+            assert built().attention_mode == "separable" and not folds_content_position()
+        assert folds_content_position()
     assert built().attention_mode == built().attention_mode_for(16, 16, here)
+    assert folds_content_position() == (here != "cpu")
     with pytest.raises(ValueError, match="platform='cuda'"):
         with paths_for("cuda"):
             pass
