@@ -102,3 +102,28 @@ def test_without_jax_s_cuda_plugin_the_plan_says_what_to_install_and_writes_noth
 def test_the_plan_suite_refuses_an_unknown_target_naming_it(tmp_path):
     with pytest.raises(ValueError, match="target='a100'"):
         plan_suite.run_plan(output=str(tmp_path / "plan.json"), target="a100")
+
+
+def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
+    def row(path, model):
+        with open(path) as results:
+            return next(r for r in json.load(results)["rows"] if r["model"] == model)
+
+    before = row("training/results/plan-h200-ffa73a2.json", "learned_content")
+    after = row("training/results/plan-h200.json", "learned_content")
+    quadratic = row("training/results/plan-h200.json", "quadratic")
+    with open("docs/performance.md") as notes:
+        text = notes.read()
+
+    def change(key):
+        return f"{after[key]:,.2f} ({(after[key] / before[key] - 1) * 100:+.1f}%)"
+
+    assert f"| kernels | {before['kernels']} | {after['kernels']} |" in text
+    assert f"| GB moved a step | {before['gbytes']:.2f} | {change('gbytes')} |" in text
+    assert f"| floor, ms | {before['floor_ms']:.2f} | {change('floor_ms')} |" in text
+    step_change = f"({(after['step_mib'] / before['step_mib'] - 1) * 100:+.1f}%)"
+    assert f"| step's memory, MiB | {before['step_mib']:,.0f} | {after['step_mib']:,.0f} {step_change} |" in text
+    figures = (
+        f"plan gives {quadratic['floor_ms']:.2f} ms ({quadratic['kernels']} kernels, {quadratic['gbytes']:.1f} GB)"
+    )
+    assert figures in text
