@@ -97,12 +97,17 @@ def assert_same_values_and_gradients(layer, reference, x, atol=1e-5, **call_kwar
 
     Both layers hold the same weights; the gradients also get a relative tolerance of 1e-5.
     """
-    (y, gradients), (expected_y, expected) = (
-        value_and_gradients(each, x, **call_kwargs) for each in (layer, reference)
-    )
+    results = [value_and_gradients(each, x, **call_kwargs) for each in (layer, reference)]
+    assert_same_value_and_gradients(*results, reference, atol=atol)
+
+
+def assert_same_value_and_gradients(result, expected, reference, atol=1e-5):
+    """Two `value_and_gradients` results agree: outputs within `atol`, gradients (input, then each of
+    `reference`'s trainable weights, named) within 1e-5 absolute and relative."""
+    (y, gradients), (expected_y, expected_gradients) = result, expected
     np.testing.assert_allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected_y), atol=atol)
     names = ["inputs", *(v.name for v in reference.trainable_variables)]
-    for name, a, b in zip(names, gradients, expected):
+    for name, a, b in zip(names, gradients, expected_gradients):
         np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5, err_msg=name)
 
 

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import eq8_reference, randomize_weights, value_and_gradients
+from support import assert_same_value_and_gradients, eq8_reference, randomize_weights, value_and_gradients
 
 from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore, relative_attention
 
@@ -250,14 +250,7 @@ def test_the_folded_content_position_term_equals_eq8_and_the_unfolded_term(monke
         monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold)
         return value_and_gradients(attention, x)
 
-    (y, gradients), (expected_y, expected_gradients) = (
-        values_and_gradients(folded, True),
-        values_and_gradients(unfolded, False),
-    )
-    np.testing.assert_allclose(ops.convert_to_numpy(y), ops.convert_to_numpy(expected_y), atol=1e-5)
-    names = ["inputs", *(v.name for v in unfolded.trainable_variables)]
-    for name, a, b in zip(names, gradients, expected_gradients):
-        np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5, err_msg=name)
+    assert_same_value_and_gradients(values_and_gradients(folded, True), values_and_gradients(unfolded, False), unfolded)
     monkeypatch.setattr(relative_attention, "folds_content_position", lambda: True)
     expected, expected_probs = eq8_reference(folded, x)
     outputs, probs = folded(x, return_attention_scores=True)
