@@ -7,7 +7,8 @@ library matmul, a copy); it reads its operands and writes its result, and
 nothing it keeps on chip in between counts. An operand that the kernel only
 slices or gathers counts with the part it reads. A matmul's FLOPs are
 ``2 * output elements * contracted size``, inside a fusion or as a library
-call (cuBLAS' custom call).
+call (cuBLAS' custom call); a convolution's (cuDNN's calls, each pass)
+those of its forward pass.
 
 `roofline` bounds each kernel by the slower of its bytes at the device's
 read bandwidth and its FLOPs at its matmul rate, and sums the bounds: the
@@ -55,7 +56,7 @@ class Instruction:
 @dataclasses.dataclass(frozen=True)
 class KernelCost:
     name: str
-    kind: str  # "matmul", or the fusion's kind ("kLoop", "kInput", ...) or opcode
+    kind: str  # "matmul" (a matmul or a convolution), or the fusion's kind ("kLoop", "kInput", ...) or opcode
     bytes: int  # read and written
     flops: int
     source: str  # the framework op it came from (XLA's op_name metadata), "" if none
@@ -113,10 +114,38 @@ def _matmul_flops(instruction, shapes):
     return 2 * elements * _contracted_size(instruction.rest, shapes.get(instruction.operands[0], ""))
 
 
-def _is_library_matmul(instruction):
+def _library_call(instruction):
+    """The target of a library call (cuBLAS' "__cublas$...", cuDNN's "__cudnn$conv..."), or None."""
     target = re.search(r'custom_call_target="([^"]*)"', instruction.rest)
-    # cuBLAS' calls: "__cublas$gemm", "__cublas$lt$matmul" (and their fp8 kinds).
-    return instruction.opcode == "custom-call" and target is not None and target.group(1).startswith("__cublas")
+    return target.group(1) if instruction.opcode == "custom-call" and target else None
+
+
+def _convolution_flops(instruction, shapes):
+    """FLOPs of a cuDNN convolution: its forward convolution's, ``2 * outputs * kernel elements / Cout``.
+
+    cuDNN's calls keep the forward convolution's window and ``dim_labels`` (``input_kernel->output``)
+    whichever pass they compute: the forward pass (input, kernel -> output), the input's gradient
+    (output gradient, kernel -> input gradient) or the kernel's (input, output gradient -> kernel
+    gradient) multiply as many elements.
+    """
+    target = _library_call(instruction)
+    labels = re.search(r"dim_labels=\w+_(\w+)->\w+", instruction.rest)
+    operands = [shapes.get(name, "") for name in instruction.operands]
+    if "BackwardFilter" in target:
+        outputs, kernel = _dimensions(operands[1]), _dimensions(instruction.shape)
+    elif "BackwardInput" in target:
+        outputs, kernel = _dimensions(operands[0]), _dimensions(operands[1])
+    else:
+        outputs, kernel = _dimensions(instruction.shape), _dimensions(operands[1])
+    if labels is None or not kernel:
+        return 0
+    elements = 1
+    for size in outputs:
+        elements *= size
+    per_output = 1
+    for size in kernel:
+        per_output *= size
+    return 2 * elements * per_output // kernel[labels.group(1).index("o")]
 
 
 def _fused_flops(computations, name):
@@ -156,8 +185,10 @@ def kernel_costs(text):
         operands = [name for name in kernel.operands if name in shapes]
         read = sum(_operand_read(computations, kernel, i, shapes[name]) for i, name in enumerate(operands))
         written = array_bytes(kernel.shape)
-        if _is_library_matmul(kernel):
-            flops = _matmul_flops(kernel, shapes)
+        library = _library_call(kernel) or ""
+        if library.startswith(("__cublas", "__cudnn$conv")):  # cuBLAS' gemm and matmul calls, cuDNN's convolutions
+            counted = _matmul_flops if library.startswith("__cublas") else _convolution_flops
+            flops = counted(kernel, shapes)
             # The library call's result is (product, workspace): the workspace is scratch, not traffic.
             written = array_bytes(_ARRAY.search(kernel.shape).group(0)) if _ARRAY.search(kernel.shape) else 0
         else:

@@ -191,7 +191,7 @@ def plan_markdown(results):
         f"Compiled for an {target['name']} without one (matmul TFLOP/s {rates}; read {target['read_gbps']:.0f} "
         f"GB/s, from `{results['rates_from']}`), batch {results['settings']['batch']}.",
         "",
-        "| model | path | precision | kernels | GB moved | matmul TFLOP | floor ms | step MiB |",
+        "| model | path | precision | kernels | GB moved | matmul and conv TFLOP | floor ms | step MiB |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:

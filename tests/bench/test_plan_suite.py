@@ -10,7 +10,7 @@ import pytest
 from keras_attnconv.bench import hlo_roofline, plan_suite
 
 # A scheduled module as XLA writes it: a library matmul with its workspace, a fusion that slices half
-# of its operand, a fused dot, and instructions that are no kernel.
+# of its operand, a fused dot, cuDNN's three passes of a convolution, and instructions that are no kernel.
 MODULE = """HloModule jit_step, is_scheduled=true
 
 %fused_slice (param_0.1: f32[64,32]) -> f32[32,32] {
@@ -24,10 +24,16 @@ MODULE = """HloModule jit_step, is_scheduled=true
   ROOT %dot.1 = bf16[16,4]{1,0} dot(%param_0.2, %param_1.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 
-ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4]) -> f32[32,32] {
+ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4], image: bf16[2,4,4,3], k: bf16[8,3,3,3], dy: bf16[2,4,4,8]) -> f32[32,32] {
   %a = f32[64,32]{1,0} parameter(0), metadata={op_name="a"}
   %x = bf16[16,8]{1,0} parameter(1)
   %w = bf16[8,4]{1,0} parameter(2)
+  %image = bf16[2,4,4,3]{3,2,1,0} parameter(3)
+  %k = bf16[8,3,3,3]{3,2,1,0} parameter(4)
+  %dy = bf16[2,4,4,8]{3,2,1,0} parameter(5)
+  %conv = (bf16[2,4,4,8]{3,2,1,0}, u8[0]{0}) custom-call(%image, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convForward"
+  %conv_filter = (bf16[8,3,3,3]{3,2,1,0}, u8[0]{0}) custom-call(%image, %dy), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convBackwardFilter"
+  %conv_input = (bf16[2,4,4,3]{3,2,1,0}, u8[0]{0}) custom-call(%dy, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convBackwardInput"
   %gemm = (f32[64,64]{1,0}, s8[1024]{0}) custom-call(%a, %a), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"]}}}
   %product = f32[64,64]{1,0} get-tuple-element(%gemm), index=0
   %dot_fusion = bf16[16,4]{1,0} fusion(%x, %w), kind=kCustom, calls=%fused_dot, metadata={op_name="jit(step)/layer/dot_general"}
@@ -38,13 +44,17 @@ ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4]) -> f32[32,32] {
 
 def test_each_kernel_moves_its_operands_and_result_and_does_its_matmuls_flops():
     costs = {cost.name: cost for cost in hlo_roofline.kernel_costs(MODULE)}
-    assert set(costs) == {"gemm", "dot_fusion", "slice_fusion"}  # parameters and tuple reads are no kernel
+    assert set(costs) == {"conv", "conv_filter", "conv_input", "gemm", "dot_fusion", "slice_fusion"}  # no parameter
     # cuBLAS: both operands read, the product written (not its workspace); 2 * 64 * 64 * 32 FLOPs.
     assert costs["gemm"].bytes == 2 * 64 * 32 * 4 + 64 * 64 * 4
     assert costs["gemm"].flops == 2 * 64 * 64 * 32 and costs["gemm"].kind == "matmul"
     assert costs["dot_fusion"].bytes == (16 * 8 + 8 * 4 + 16 * 4) * 2
     assert costs["dot_fusion"].flops == 2 * 16 * 4 * 8
     assert costs["dot_fusion"].source == "jit(step)/layer/dot_general"
+    # Each pass of a 3x3 convolution of 3 channels into 8 multiplies as many elements as the forward pass.
+    for name in ("conv", "conv_filter", "conv_input"):
+        assert costs[name].flops == 2 * (2 * 4 * 4 * 8) * (3 * 3 * 3) and costs[name].kind == "matmul"
+    assert costs["conv"].bytes == (2 * 4 * 4 * 3 + 8 * 3 * 3 * 3 + 2 * 4 * 4 * 8) * 2
     # The slicing fusion reads the half it slices.
     assert costs["slice_fusion"].bytes == 2 * 32 * 32 * 4 and costs["slice_fusion"].kind == "kLoop"
 
@@ -55,10 +65,10 @@ def test_the_floor_of_a_kernel_is_its_slower_bound_and_the_step_s_is_their_sum()
     floors = [hlo_roofline.kernel_floor_s(cost, gbps, tflops) for cost in costs]
     assert floors == [max(cost.bytes / 1e9, cost.flops / 1e6) for cost in costs]
     totals = hlo_roofline.roofline(costs, gbps, tflops)
-    assert totals["kernels"] == 3
+    assert totals["kernels"] == 6
     assert totals["floor_ms"] == pytest.approx(sum(floors) * 1e3)
     assert totals["gbytes"] == pytest.approx(sum(cost.bytes for cost in costs) / 1e9)
-    assert sum(kind["kernels"] for kind in totals["by_kind"].values()) == 3
+    assert sum(kind["kernels"] for kind in totals["by_kind"].values()) == 6
     largest = hlo_roofline.largest_kernels(costs, gbps, tflops, count=1)
     assert largest[0]["name"] == "gemm" and largest[0]["floor_us"] == pytest.approx(max(floors) * 1e6)
 
