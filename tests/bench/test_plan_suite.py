@@ -121,7 +121,6 @@ def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
 
     before = row("training/results/plan-h200-ffa73a2.json", "learned_content")
     after = row("training/results/plan-h200.json", "learned_content")
-    quadratic = row("training/results/plan-h200.json", "quadratic")
     with open("docs/performance.md") as notes:
         text = notes.read()
 
@@ -133,7 +132,37 @@ def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
     assert f"| floor, ms | {before['floor_ms']:.2f} | {change('floor_ms')} |" in text
     step_change = f"({(after['step_mib'] / before['step_mib'] - 1) * 100:+.1f}%)"
     assert f"| step's memory, MiB | {before['step_mib']:,.0f} | {after['step_mib']:,.0f} {step_change} |" in text
-    figures = (
-        f"plan gives {quadratic['floor_ms']:.2f} ms ({quadratic['kernels']} kernels, {quadratic['gbytes']:.1f} GB)"
+
+
+def test_the_performance_notes_set_each_plan_beside_the_gpu_suite_s_fit_steps_of_its_results_files():
+    def rows(path):
+        with open(path) as results:
+            rows = json.load(results)["rows"]
+        return {(r["model"], r.get("path")): r for r in rows if r["precision"] == "mixed_bfloat16"}
+
+    plans = {chip: rows(f"training/results/plan-{chip}.json") for chip in ("h200", "h100")}
+    measured = {**rows("training/results/gpu-h200-quadratic.json"), **rows("training/results/gpu-h200-resnet18.json")}
+    measured_h100 = rows("training/results/gpu-h100.json")
+
+    def floor(chip, model):
+        return next(f"{r['floor_ms']:.2f}" for (name, _), r in plans[chip].items() if name == model)
+
+    def fit_ms(table, model, path):
+        row = table[(model, path)] if path else next(r for (name, _), r in table.items() if name == model)
+        return f"{100 / row['fit_images_per_second'] * 1000:.2f}"
+
+    with open("docs/performance.md") as notes:
+        text = notes.read()
+    assert (
+        f"| `quadratic` | {floor('h200', 'quadratic')} | {fit_ms(measured, 'quadratic', 'position')} | "
+        f"{floor('h100', 'quadratic')} | {fit_ms(measured_h100, 'quadratic', 'position')} |" in text
     )
-    assert figures in text
+    assert f"| `learned` | {floor('h200', 'learned')} | not measured | {floor('h100', 'learned')} | " in text
+    assert f"| `learned_content` | {floor('h200', 'learned_content')} (" in text
+    assert (
+        f"| {floor('h100', 'learned_content')} | {fit_ms(measured_h100, 'learned_content', None)} (before it) |" in text
+    )
+    assert (
+        f"| `resnet18` | {floor('h200', 'resnet18')} | {fit_ms(measured, 'resnet18', None)} | "
+        f"{floor('h100', 'resnet18')} | {fit_ms(measured_h100, 'resnet18', None)} |" in text
+    )
