@@ -90,7 +90,9 @@ def _attention_path(model):
     return None
 
 
-def _build(model, precision, image_size, forced_path=None, loss_scaling=True):
+def build_case_model(model, precision, image_size, forced_path=None, loss_scaling=True):
+    """A GPU-suite case's model, compiled as the suite trains it (SGD, a from-logits loss, XLA); and the path the
+    rule picked for it, before `forced_path` (a key of `PATHS`) replaced it."""
     built = build_model(model, seed=0, dtype=precision, image_size=image_size)
     auto_path = _attention_path(built)
     if forced_path is not None:
@@ -123,7 +125,7 @@ def measure_case(
     one more compilation, so only there. `loss_scaling` False compiles without Keras' loss scaling.
     """
     keras.utils.set_random_seed(0)
-    built, auto_path = _build(model, precision, image_size, forced_path, loss_scaling)
+    built, auto_path = build_case_model(model, precision, image_size, forced_path, loss_scaling)
     x = ops.convert_to_tensor(random_images(batch, image_size))
     y = ops.convert_to_tensor((np.arange(batch) % 10).astype("int32"))
     # Every image weighs 1, in the timed steps and in `fit` alike. Without weights `train_on_batch` hands the

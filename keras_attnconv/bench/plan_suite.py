@@ -12,8 +12,8 @@ before a GPU is at hand; the GPU suite's and the profile's times on the
 device stay the measure.
 
 It needs JAX's CUDA plugin (``pip install "keras-attnconv[plan]"``, that is
-``jax[cuda12]``: its compiler and libraries, no GPU and no driver) and the JAX backend. Matmuls are left to
-cuBLAS (``--xla_gpu_enable_triton_gemm=false``): without a device XLA
+``jax[cuda12]``: its compiler and libraries, no GPU and no driver) and the
+JAX backend. Matmuls are left to cuBLAS (``--xla_gpu_enable_triton_gemm=false``): without a device XLA
 cannot autotune between cuBLAS and its Triton kernels, and the profiles of
 the lent H100/H200 ran cuBLAS' kernels. Each case compiles in a worker
 process of its own, with JAX on the CPU platform.
@@ -30,8 +30,9 @@ from keras_attnconv.utils.reports import write_report
 
 PLAN_MODELS = ("quadratic", "learned", "learned_content", "resnet18")
 PLAN_PRECISIONS = ("mixed_bfloat16",)
-# XLA's GPU target description (a GpuTargetConfigProto) of each chip; the memory bandwidth and size are the data
-# sheet's, used by XLA's scheduler only.
+# XLA's GPU target description (a GpuTargetConfigProto) of each chip, the memory bandwidth and size the data sheet's:
+# XLA's cost model decides fusions and the schedule with them, so a plan is its target's (docs/performance.md: the
+# H100's and the H200's fuse the scores' softmax differently).
 _TARGET_CONFIG = """gpu_device_info {{
   threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
   shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
@@ -56,7 +57,7 @@ class Target:
     memory: int  # bytes
     matmul_tflops: dict  # compute dtype -> the GPU suite's 8192x8192 matmul rate
     read_gbps: float  # the GPU suite's read of 1 GiB
-    rates_from: str  # the results file the rates are read from (tests hold them to it)
+    rates_from: str  # the results file the rates are copied from (a test holds them to it)
 
     def config(self):
         return _TARGET_CONFIG.format(bandwidth=self.bandwidth, memory=self.memory, name=self.name)
@@ -87,9 +88,9 @@ def _built(model, precision, batch, image_size):
     """The model compiled as the GPU suite compiles it (call inside `paths_for`), and a batch of its data."""
     import keras
 
-    from keras_attnconv.bench.gpu_suite import _build
+    from keras_attnconv.bench.gpu_suite import build_case_model
 
-    built, _ = _build(model, precision, image_size)
+    built, _ = build_case_model(model, precision, image_size)
     built.optimizer.build(built.trainable_variables)
     data = (
         keras.ops.zeros((batch, image_size, image_size, 3), "uint8"),

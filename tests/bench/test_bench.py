@@ -671,7 +671,7 @@ def test_a_report_says_how_many_cpus_a_confined_process_could_use():
 def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypatch):
     """A full model's compilation costs tens of seconds of a lent GPU: `fit` must not compile the step again."""
     traces, traces_before_fit = [], []
-    build = gpu_suite._build
+    build = gpu_suite.build_case_model
 
     def counting_build(*args, **kwargs):
         built, auto_path = build(*args, **kwargs)
@@ -682,7 +682,7 @@ def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypat
         )
         return built, auto_path
 
-    monkeypatch.setattr(gpu_suite, "_build", counting_build)
+    monkeypatch.setattr(gpu_suite, "build_case_model", counting_build)
     settings = {**bench.GPU_QUICK, "precisions": ("float32",)}
     case = next(case for case in gpu_suite.cases(settings) if case["model"] == "resnet_tiny")
     row = gpu_suite.measure_case(**case)
