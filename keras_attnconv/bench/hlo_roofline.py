@@ -23,6 +23,7 @@ for a GPU on a machine without one and reads it with this.
 
 import collections
 import dataclasses
+import math
 import re
 
 # Bytes per element of HLO's element types.
@@ -65,13 +66,10 @@ class KernelCost:
 
 def array_bytes(shape):
     """Bytes of every array in an HLO shape text (a tuple counts all its arrays)."""
-    total = 0
-    for element, dimensions in _ARRAY.findall(shape):
-        count = 1
-        for size in filter(None, dimensions.split(",")):
-            count *= int(size)
-        total += count * _ELEMENT_BYTES[element]
-    return total
+    return sum(
+        math.prod(int(size) for size in filter(None, dimensions.split(","))) * _ELEMENT_BYTES[element]
+        for element, dimensions in _ARRAY.findall(shape)
+    )
 
 
 def _dimensions(shape):
@@ -101,16 +99,12 @@ def _contracted_size(rest, lhs_shape):
     match = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", rest) or re.search(
         r'"lhs_contracting_dimensions":\[([^\]]*)\]', rest
     )
-    size = 1
-    for index in re.findall(r"\d+", match.group(1)) if match else []:
-        size *= _dimensions(lhs_shape)[int(index)]
-    return size
+    dimensions = _dimensions(lhs_shape)
+    return math.prod(dimensions[int(index)] for index in (re.findall(r"\d+", match.group(1)) if match else []))
 
 
 def _matmul_flops(instruction, shapes):
-    elements = 1
-    for size in _dimensions(instruction.shape):  # a library call's tuple: its first array is the product
-        elements *= size
+    elements = math.prod(_dimensions(instruction.shape))  # a library call's tuple: its first array is the product
     return 2 * elements * _contracted_size(instruction.rest, shapes.get(instruction.operands[0], ""))
 
 
@@ -139,13 +133,7 @@ def _convolution_flops(instruction, shapes):
         outputs, kernel = _dimensions(instruction.shape), _dimensions(operands[1])
     if labels is None or not kernel:
         return 0
-    elements = 1
-    for size in outputs:
-        elements *= size
-    per_output = 1
-    for size in kernel:
-        per_output *= size
-    return 2 * elements * per_output // kernel[labels.group(1).index("o")]
+    return 2 * math.prod(outputs) * math.prod(kernel) // kernel[labels.group(1).index("o")]
 
 
 def _fused_flops(computations, name):
@@ -185,12 +173,13 @@ def kernel_costs(text):
         operands = [name for name in kernel.operands if name in shapes]
         read = sum(_operand_read(computations, kernel, i, shapes[name]) for i, name in enumerate(operands))
         written = array_bytes(kernel.shape)
+        first_array = _ARRAY.search(kernel.shape)
         library = _library_call(kernel) or ""
         if library.startswith(("__cublas", "__cudnn$conv")):  # cuBLAS' gemm and matmul calls, cuDNN's convolutions
             counted = _matmul_flops if library.startswith("__cublas") else _convolution_flops
             flops = counted(kernel, shapes)
             # The library call's result is (product, workspace): the workspace is scratch, not traffic.
-            written = array_bytes(_ARRAY.search(kernel.shape).group(0)) if _ARRAY.search(kernel.shape) else 0
+            written = array_bytes(first_array.group(0)) if first_array else 0
         else:
             flops = sum(_fused_flops(computations, callee) for callee in kernel.callees)
         kind = re.search(r"kind=(k\w+)", kernel.rest)
@@ -203,7 +192,7 @@ def kernel_costs(text):
                 read + written,
                 flops,
                 source.group(1) if source else "",
-                _ARRAY.search(kernel.shape).group(0) if _ARRAY.search(kernel.shape) else kernel.shape,
+                first_array.group(0) if first_array else kernel.shape,
             )
         )
     return costs
@@ -223,13 +212,8 @@ def roofline(costs, read_gbps, matmul_tflops):
         entry["gbytes"] += cost.bytes / 1e9
         entry["tflop"] += cost.flops / 1e12
         entry["floor_ms"] += kernel_floor_s(cost, read_gbps, matmul_tflops) * 1e3
-    return {
-        "kernels": len(costs),
-        "gbytes": sum(cost.bytes for cost in costs) / 1e9,
-        "tflop": sum(cost.flops for cost in costs) / 1e12,
-        "floor_ms": sum(kernel_floor_s(cost, read_gbps, matmul_tflops) for cost in costs) * 1e3,
-        "by_kind": dict(sorted(by_kind.items(), key=lambda item: -item[1]["floor_ms"])),
-    }
+    totals = {key: sum(entry[key] for entry in by_kind.values()) for key in ("kernels", "gbytes", "tflop", "floor_ms")}
+    return {**totals, "by_kind": dict(sorted(by_kind.items(), key=lambda item: -item[1]["floor_ms"]))}
 
 
 def largest_kernels(costs, read_gbps, matmul_tflops, count=10):

@@ -85,12 +85,13 @@ _COMPUTE_DTYPE = {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16", "flo
 
 
 def _built(model, precision, batch, image_size):
-    """The model compiled as the GPU suite compiles it (call inside `paths_for`), and a batch of its data."""
+    """The model compiled as the GPU suite compiles it (call inside `paths_for`), its attention path, and a batch of
+    its data."""
     import keras
 
     from keras_attnconv.bench.gpu_suite import build_case_model
 
-    built, _ = build_case_model(model, precision, image_size)
+    built, path = build_case_model(model, precision, image_size)
     built.optimizer.build(built.trainable_variables)
     data = (
         keras.ops.zeros((batch, image_size, image_size, 3), "uint8"),
@@ -98,7 +99,7 @@ def _built(model, precision, batch, image_size):
         keras.ops.ones((batch,)),  # every image weighs 1, as in the GPU suite's steps
     )
     built._symbolic_build(data_batch=data)
-    return built, data
+    return built, path, data
 
 
 def plan_case(model, precision, target, batch, image_size, **_):
@@ -115,7 +116,7 @@ def plan_case(model, precision, target, batch, image_size, **_):
         return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=replicated)
 
     with paths_for("gpu"):  # the paths the rules pick on the GPU, traced here
-        built, data = _built(model, precision, batch, image_size)
+        built, path, data = _built(model, precision, batch, image_size)
         state = (
             [v.value for v in built.trainable_variables],
             [v.value for v in built.non_trainable_variables],
@@ -132,7 +133,7 @@ def plan_case(model, precision, target, batch, image_size, **_):
     return {
         "model": model,
         "precision": precision,
-        "path": next((layer.attention.attention_mode for layer in built.layers if hasattr(layer, "attention")), None),
+        "path": path,
         **roofline(costs, *rates),
         "step_mib": None if memory is None else memory.temp_size_in_bytes / 2**20,
         "largest": largest_kernels(costs, *rates),

@@ -6,7 +6,12 @@ from keras import ops
 
 from keras_attnconv.layers.fan_in_uniform import initializer_for
 from keras_attnconv.layers.position_score import PositionScore
-from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, take_per_pair
+from keras_attnconv.layers.shift_geometry import (
+    axis_shifts,
+    combine_axis_features,
+    sum_row_and_column_scores,
+    take_per_pair,
+)
 from keras_attnconv.layers.validation import get_initializer, independent
 from keras_attnconv.utils.checks import check_positive_int
 
@@ -128,8 +133,7 @@ class LearnedRelativeScore(PositionScore):
 
     def axis_shift_table(self, height, width):
         # Row shift d1 is the column (row_emb[d1], 0), column shift d2 the column (0, col_emb[d2]).
-        rows = self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width)
-        cols = self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width)
+        rows, cols = self._every_shift(height, width)
         return ops.concatenate(
             [
                 ops.pad(ops.transpose(rows), [[0, self.axis_dim], [0, 0]]),
@@ -147,8 +151,7 @@ class LearnedRelativeScore(PositionScore):
         grid = ops.reshape(queries, (batch, height, width, heads, self.encoding_dim))
         row_scores = ops.einsum("bijhd,ikd->bhijk", grid[..., : self.axis_dim], rows)
         col_scores = ops.einsum("bijhd,jld->bhijl", grid[..., self.axis_dim :], cols)
-        total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(col_scores, "float32")[..., None, :]
-        return ops.reshape(total, (batch, heads, height * width, height * width))
+        return sum_row_and_column_scores(row_scores, col_scores)
 
     def content_position_multiply_adds(self, height, width, window=None):
         # The factorised form above: each query meets H row and W column embeddings (in a window,
@@ -157,11 +160,17 @@ class LearnedRelativeScore(PositionScore):
         return height * width * self.axis_dim * (rows + cols)
 
     def shift_encoding(self, height, width):
-        rows = self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width)
-        cols = self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width)
+        rows, cols = self._every_shift(height, width)
         shape = (2 * height - 1, 2 * width - 1, self.axis_dim)
         return ops.concatenate(
             [ops.broadcast_to(rows[:, None, :], shape), ops.broadcast_to(cols[None, :, :], shape)], axis=-1
+        )
+
+    def _every_shift(self, height, width):
+        """The table rows of every shift of the grid: row shifts (2H-1, axis_dim), column shifts (2W-1, axis_dim)."""
+        return (
+            self._shift_table(self.row_embeddings, self.row_size, np.arange(-(height - 1), height), height, width),
+            self._shift_table(self.col_embeddings, self.col_size, np.arange(-(width - 1), width), height, width),
         )
 
     def _shift_table(self, embeddings, size, shifts, height, width):

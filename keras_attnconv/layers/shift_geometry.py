@@ -96,14 +96,27 @@ def pair_scores_from_axis_shifts(per_shift, height, width):
     slice of ``H`` entries starting at ``H - 1 - i``; those of column ``j`` a slice of ``W``
     column shifts: static slices (their gradient: pads), not a gather, whose scatter-add gradient
     XLA runs as a loop on a CPU. Only these small (batch, heads, T, H) and (batch, heads, T, W)
-    parts are re-laid out; the pairs are their sum, in float32.
+    parts are re-laid out; the pairs are their sum (`sum_row_and_column_scores`).
     """
     batch, heads = ops.shape(per_shift)[0], per_shift.shape[2]
     grid = ops.reshape(per_shift, (batch, height, width, heads, per_shift.shape[-1]))
     rows = ops.stack([grid[:, i, :, :, height - 1 - i : 2 * height - 1 - i] for i in range(height)], axis=1)
     first_column = 2 * height - 1 + width - 1  # the column shift 0
     columns = ops.stack([grid[:, :, j, :, first_column - j : first_column - j + width] for j in range(width)], axis=2)
-    rows = ops.transpose(ops.cast(rows, "float32"), (0, 3, 1, 2, 4))  # (batch, heads, H, W, key row)
-    columns = ops.transpose(ops.cast(columns, "float32"), (0, 3, 1, 2, 4))  # (batch, heads, H, W, key column)
-    tokens = height * width
-    return ops.reshape(rows[..., :, None] + columns[..., None, :], (batch, heads, tokens, tokens))
+    return sum_row_and_column_scores(ops.transpose(rows, (0, 3, 1, 2, 4)), ops.transpose(columns, (0, 3, 1, 2, 4)))
+
+
+def sum_row_and_column_scores(row_scores, column_scores):
+    """Per-query row and column scores summed over the pixel pairs, in float32.
+
+    Args:
+        row_scores: (..., H, W, H), indexed by (query row, query column, key row).
+        column_scores: (..., H, W, W), indexed by (query row, query column, key column).
+
+    Returns:
+        float32 (..., H*W, H*W), ``out[..., i*W + j, k*W + l] = row_scores[..., i, j, k] +
+        column_scores[..., i, j, l]``.
+    """
+    height, width = column_scores.shape[-3], column_scores.shape[-1]
+    total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(column_scores, "float32")[..., None, :]
+    return ops.reshape(total, (*ops.shape(total)[:-4], height * width, height * width))

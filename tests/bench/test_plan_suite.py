@@ -114,13 +114,20 @@ def test_the_plan_suite_refuses_an_unknown_target_naming_it(tmp_path):
         plan_suite.run_plan(output=str(tmp_path / "plan.json"), target="a100")
 
 
-def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
-    def row(path, model):
-        with open(path) as results:
-            return next(r for r in json.load(results)["rows"] if r["model"] == model)
+def _bfloat16_rows(path):
+    """{(model, path): row} of a results file's mixed_bfloat16 rows."""
+    with open(path) as results:
+        rows = json.load(results)["rows"]
+    return {(r["model"], r.get("path")): r for r in rows if r["precision"] == "mixed_bfloat16"}
 
-    before = row("training/results/plan-h200-ffa73a2.json", "learned_content")
-    after = row("training/results/plan-h200.json", "learned_content")
+
+def _row_of(rows, model):
+    return next(row for (name, _), row in rows.items() if name == model)
+
+
+def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
+    before = _row_of(_bfloat16_rows("training/results/plan-h200-ffa73a2.json"), "learned_content")
+    after = _row_of(_bfloat16_rows("training/results/plan-h200.json"), "learned_content")
     with open("docs/performance.md") as notes:
         text = notes.read()
 
@@ -135,20 +142,18 @@ def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
 
 
 def test_the_performance_notes_set_each_plan_beside_the_gpu_suite_s_fit_steps_of_its_results_files():
-    def rows(path):
-        with open(path) as results:
-            rows = json.load(results)["rows"]
-        return {(r["model"], r.get("path")): r for r in rows if r["precision"] == "mixed_bfloat16"}
-
-    plans = {chip: rows(f"training/results/plan-{chip}.json") for chip in ("h200", "h100")}
-    measured = {**rows("training/results/gpu-h200-quadratic.json"), **rows("training/results/gpu-h200-resnet18.json")}
-    measured_h100 = rows("training/results/gpu-h100.json")
+    plans = {chip: _bfloat16_rows(f"training/results/plan-{chip}.json") for chip in ("h200", "h100")}
+    measured = {
+        **_bfloat16_rows("training/results/gpu-h200-quadratic.json"),
+        **_bfloat16_rows("training/results/gpu-h200-resnet18.json"),
+    }
+    measured_h100 = _bfloat16_rows("training/results/gpu-h100.json")
 
     def floor(chip, model):
-        return next(f"{r['floor_ms']:.2f}" for (name, _), r in plans[chip].items() if name == model)
+        return f"{_row_of(plans[chip], model)['floor_ms']:.2f}"
 
     def fit_ms(table, model, path):
-        row = table[(model, path)] if path else next(r for (name, _), r in table.items() if name == model)
+        row = table[(model, path)] if path else _row_of(table, model)
         return f"{100 / row['fit_images_per_second'] * 1000:.2f}"
 
     with open("docs/performance.md") as notes:
