@@ -5,7 +5,8 @@ module (the text of ``jax.jit(f).lower(...).compile().as_text()``). Each of
 its instructions that computes something is one kernel on a GPU (a fusion, a
 library matmul, a copy); it reads its operands and writes its result, and
 nothing it keeps on chip in between counts. An operand that the kernel only
-slices or gathers counts with the part it reads. A matmul's FLOPs are
+slices or gathers counts with the part it reads, and so do the operands of a
+fusion that slices what it computes (it computes only what it writes). A matmul's FLOPs are
 ``2 * output elements * contracted size``, inside a fusion or as a library
 call (cuBLAS' custom call); a convolution's (cuDNN's calls, each pass)
 those of its forward pass.
@@ -158,6 +159,13 @@ def _operand_read(computations, kernel, index, shape):
     uses = [i for i in body if parameter is not None and parameter in i.operands]
     if uses and all(use.opcode in _PARTIAL_READS and use.operands[0] == parameter for use in uses):
         return min(full, sum(array_bytes(use.shape) for use in uses))
+    root = body[-1] if body else None  # XLA writes a computation's ROOT last
+    if root is not None and root.opcode == "slice" and root.operands[0] != parameter:
+        # A loop fusion computes only the elements it writes: where it slices what it computed
+        # (e.g. a reduction's sum, then the slice of one image column), it reads that fraction.
+        shapes = {instruction.name: instruction.shape for instruction in body}
+        computed = math.prod(_dimensions(shapes.get(root.operands[0], ""))) or 1
+        return full * math.prod(_dimensions(root.shape)) // computed
     return full
 
 

@@ -10,12 +10,28 @@ import pytest
 from keras_attnconv.bench import hlo_roofline, plan_suite
 
 # A scheduled module as XLA writes it: a library matmul with its workspace, a fusion that slices half
-# of its operand, a fused dot, cuDNN's three passes of a convolution, and instructions that are no kernel.
+# of its operand, one that slices a quarter of the sums it computes, a fused dot, cuDNN's three passes of a
+# convolution, and instructions that are no kernel.
 MODULE = """HloModule jit_step, is_scheduled=true
 
 %fused_slice (param_0.1: f32[64,32]) -> f32[32,32] {
   %param_0.1 = f32[64,32]{1,0} parameter(0)
   ROOT %slice.1 = f32[32,32]{1,0} slice(%param_0.1), slice={[0:32], [0:32]}
+}
+
+%add (lhs: f32[], rhs: f32[]) -> f32[] {
+  %lhs = f32[] parameter(0)
+  %rhs = f32[] parameter(1)
+  ROOT %total = f32[] add(%lhs, %rhs)
+}
+
+%fused_reduce_slice (param_0.3: f32[64,32]) -> bf16[4,32] {
+  %param_0.3 = f32[64,32]{1,0} parameter(0)
+  %bitcast.3 = f32[16,4,32]{2,1,0} bitcast(%param_0.3)
+  %zero.3 = f32[] constant(0)
+  %sum.3 = f32[16,32]{1,0} reduce(%bitcast.3, %zero.3), dimensions={1}, to_apply=%add
+  %convert.3 = bf16[16,32]{1,0} convert(%sum.3)
+  ROOT %slice.3 = bf16[4,32]{1,0} slice(%convert.3), slice={[4:8], [0:32]}
 }
 
 %fused_dot (param_0.2: bf16[16,8], param_1.2: bf16[8,4]) -> bf16[16,4] {
@@ -37,6 +53,7 @@ ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4], image: bf16[2,4,4,3], k
   %gemm = (f32[64,64]{1,0}, s8[1024]{0}) custom-call(%a, %a), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"]}}}
   %product = f32[64,64]{1,0} get-tuple-element(%gemm), index=0
   %dot_fusion = bf16[16,4]{1,0} fusion(%x, %w), kind=kCustom, calls=%fused_dot, metadata={op_name="jit(step)/layer/dot_general"}
+  %reduce_slice_fusion = bf16[4,32]{1,0} fusion(%a), kind=kLoop, calls=%fused_reduce_slice
   ROOT %slice_fusion = f32[32,32]{1,0} fusion(%a), kind=kLoop, calls=%fused_slice
 }
 """
@@ -44,7 +61,8 @@ ENTRY %main (a: f32[64,32], x: bf16[16,8], w: bf16[8,4], image: bf16[2,4,4,3], k
 
 def test_each_kernel_moves_its_operands_and_result_and_does_its_matmuls_flops():
     costs = {cost.name: cost for cost in hlo_roofline.kernel_costs(MODULE)}
-    assert set(costs) == {"conv", "conv_filter", "conv_input", "gemm", "dot_fusion", "slice_fusion"}  # no parameter
+    kernels = {"conv", "conv_filter", "conv_input", "gemm", "dot_fusion", "slice_fusion", "reduce_slice_fusion"}
+    assert set(costs) == kernels  # no parameter
     # cuBLAS: both operands read, the product written (not its workspace); 2 * 64 * 64 * 32 FLOPs.
     assert costs["gemm"].bytes == 2 * 64 * 32 * 4 + 64 * 64 * 4
     assert costs["gemm"].flops == 2 * 64 * 64 * 32 and costs["gemm"].kind == "matmul"
@@ -57,6 +75,8 @@ def test_each_kernel_moves_its_operands_and_result_and_does_its_matmuls_flops():
     assert costs["conv"].bytes == (2 * 4 * 4 * 3 + 8 * 3 * 3 * 3 + 2 * 4 * 4 * 8) * 2
     # The slicing fusion reads the half it slices.
     assert costs["slice_fusion"].bytes == 2 * 32 * 32 * 4 and costs["slice_fusion"].kind == "kLoop"
+    # A loop fusion computes only what it writes: a quarter of the sums, so a quarter of their inputs.
+    assert costs["reduce_slice_fusion"].bytes == 64 * 32 * 4 // 4 + 4 * 32 * 2
 
 
 def test_the_floor_of_a_kernel_is_its_slower_bound_and_the_step_s_is_their_sum():
@@ -65,10 +85,10 @@ def test_the_floor_of_a_kernel_is_its_slower_bound_and_the_step_s_is_their_sum()
     floors = [hlo_roofline.kernel_floor_s(cost, gbps, tflops) for cost in costs]
     assert floors == [max(cost.bytes / 1e9, cost.flops / 1e6) for cost in costs]
     totals = hlo_roofline.roofline(costs, gbps, tflops)
-    assert totals["kernels"] == 6
+    assert totals["kernels"] == 7
     assert totals["floor_ms"] == pytest.approx(sum(floors) * 1e3)
     assert totals["gbytes"] == pytest.approx(sum(cost.bytes for cost in costs) / 1e9)
-    assert sum(kind["kernels"] for kind in totals["by_kind"].values()) == 6
+    assert sum(kind["kernels"] for kind in totals["by_kind"].values()) == 7
     largest = hlo_roofline.largest_kernels(costs, gbps, tflops, count=1)
     assert largest[0]["name"] == "gemm" and largest[0]["floor_us"] == pytest.approx(max(floors) * 1e6)
 
