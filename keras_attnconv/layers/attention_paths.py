@@ -100,6 +100,29 @@ def position_queries(queries, position_key_kernel, encoding_dim):
     return ops.einsum(equation, queries, position_key_kernel)
 
 
+def encoding_query_kernel(weights, dtype, encoding_dim):
+    """``(kernel, bias)`` of the map from the tokens to the queries in the encoding space, ``s (X Wq + b_q) W_hat``.
+
+    Args:
+        weights: `ScoreWeights` with the content-position term on.
+        dtype: the dtype of the result.
+        encoding_dim: the width of the encoding (`PositionScore.encoding_dim`).
+
+    Returns:
+        kernel (C, heads, encoding_dim) and bias (heads, encoding_dim) or None.
+    """
+    scale = ops.cast(weights.scale, dtype)
+    kernel = ops.cast(weights.query_kernel, dtype)
+    bias = None if weights.query_bias is None else ops.cast(weights.query_bias, dtype)
+    if weights.position_key_kernel is None:  # the identity, padded: the first encoding_dim query features
+        kernel, bias = kernel[..., :encoding_dim], None if bias is None else bias[..., :encoding_dim]
+    else:
+        position_key_kernel = ops.cast(weights.position_key_kernel, dtype)
+        kernel = ops.einsum("chd,hde->che", kernel, position_key_kernel)
+        bias = None if bias is None else ops.einsum("hd,hde->he", bias, position_key_kernel)
+    return kernel * scale, None if bias is None else bias * scale
+
+
 def shift_score_kernel(weights, table):
     """The query projection folded with a score's `axis_shift_table`: ``(kernel, bias)`` of the map
     from the tokens to each query's scores per row and column shift, ``s (X Wq + b_q) W_hat table``.
@@ -116,21 +139,9 @@ def shift_score_kernel(weights, table):
     per image row or column for this term: for `learned_content` at batch 100 in
     mixed_bfloat16, XLA's step for an H200 moves 11% fewer bytes (`attnconv bench --suite plan`).
     """
-    scale = ops.cast(weights.scale, table.dtype)
-    kernel = ops.cast(weights.query_kernel, table.dtype)
-    bias = None if weights.query_bias is None else ops.cast(weights.query_bias, table.dtype)
-    encoding_dim = table.shape[0]
-    if weights.position_key_kernel is None:
-        kernel, bias = kernel[..., :encoding_dim], None if bias is None else bias[..., :encoding_dim]
-        encoding_table = table
-    else:
-        # W_hat per head, then the table: (heads, key_dim, shifts).
-        encoding_table = ops.einsum("hde,es->hds", ops.cast(weights.position_key_kernel, table.dtype), table)
-    equation = "chd,ds->chs" if ops.ndim(encoding_table) == 2 else "chd,hds->chs"
-    folded = ops.einsum(equation, kernel, encoding_table) * scale
-    if bias is None:
-        return folded, None
-    return folded, ops.einsum(equation.replace("c", ""), bias, encoding_table) * scale
+    kernel, bias = encoding_query_kernel(weights, table.dtype, table.shape[0])
+    folded = ops.einsum("che,es->chs", kernel, table)
+    return folded, None if bias is None else ops.matmul(bias, table)
 
 
 def global_score_parts(
@@ -343,6 +354,17 @@ def contract_heads(probabilities, values, output_kernel):
         ops.broadcast_to(rows, (batch, queries, keys * heads)),
         ops.reshape(projected, (batch, keys * heads, output_dim)),
     )
+
+
+def contract_heads_query_major(probabilities, values, output_kernel):
+    """``sum_h P_h X W_h`` for probabilities laid out (batch, queries, heads, keys): (batch, queries, output_dim).
+
+    The contexts ``P_h X`` are one matmul per example, (queries * heads, keys) x (keys, C), laid
+    out (batch, queries, heads, C), and the output one matmul over (heads, C) together: neither
+    re-lays out anything (`key_folded_attention`).
+    """
+    contexts = ops.einsum("bqhk,bkc->bqhc", probabilities, values)
+    return ops.einsum("bqhc,hco->bqo", contexts, output_kernel)
 
 
 def separable_attention(row_scores, column_scores, inputs, output_kernel, dropout=None):

@@ -20,8 +20,10 @@ and global attention with the window as a mask (``T^2`` scores): see
 `prefers_windowed`. `attention_mode` puts the rules together into the path a
 `RelativeMultiHeadAttention` takes on a grid. `folds_content_position` says
 where the content-position term of an encoding with per-axis tables is folded
-into the query projection (accelerators), and `paths_for` makes layers take
-another platform's paths (to compile ahead of time for it).
+into the query projection (accelerators), `folds_key_projection` where content
+attention folds the key projection into the queries (accelerators), and
+`paths_for` makes layers take another platform's paths (to compile ahead of
+time for it).
 
 The measurements behind each rule are in docs/performance.md ("Attention
 paths on a CPU", "Local attention on a CPU", "The attention path per
@@ -109,6 +111,22 @@ def folds_content_position(platform=None):
     XLA and in a graph (docs/performance.md, "A GPU's step compiled without the GPU").
     """
     return checked_platform(platform) != "cpu"
+
+
+def folds_key_projection(key_dim, input_dim, platform=None):
+    """Whether content attention folds its key projection into the queries (`key_folded_attention`).
+
+    Folded, the keys are the tokens and every matmul of the scores, the softmax and the contexts
+    runs in one (batch, query, head, key) layout: no key projection, and no re-layout of the
+    queries, the keys or the probabilities, which the (batch, head, query, key) layout of the
+    unfolded path needs at each matmul. It pays where ``key_dim >= input_dim`` (the folded queries
+    are heads * input_dim wide, the queries and keys 2 * heads * key_dim): XLA's plan of
+    `learned_content`'s step for an H200 (`attnconv bench --suite plan`) moves fewer bytes and does
+    fewer FLOPs folded (docs/performance.md, "A GPU's step compiled without the GPU"), so
+    accelerators fold. A CPU keeps the unfolded path, on which the package's CPU measurements and
+    its step-for-step equality with the official code were made.
+    """
+    return checked_platform(platform) != "cpu" and key_dim >= input_dim
 
 
 # The windowed path is taken when it scores at most this fraction of the T^2 pairs of global attention.

@@ -3,9 +3,11 @@
 The layer owns the weights and its parts (position score, attention span,
 dropout), picks the path on each grid (`attention_mode_for`) and hands tensors
 to the path functions: `keras_attnconv.layers.attention_paths` (global and
-separable paths) and `keras_attnconv.layers.windowed_attention` (the tiled
-neighbourhood path). `RelativeMultiHeadAttention._compute_attention` is the
-one hook of the attention computation for subclasses.
+separable paths), `keras_attnconv.layers.key_folded_attention` (content
+attention with the key projection folded into the queries, on accelerators) and
+`keras_attnconv.layers.windowed_attention` (the tiled neighbourhood path).
+`RelativeMultiHeadAttention._compute_attention` is the one hook of the attention
+computation for subclasses.
 
 For head h, query pixel q, key pixel k and shift ``delta = k - q``::
 
@@ -53,8 +55,14 @@ from keras_attnconv.layers.attention_paths import (
 from keras_attnconv.layers.attention_span import get_attention_span
 from keras_attnconv.layers.dropout import Dropout
 from keras_attnconv.layers.fan_in_uniform import initializer_for
+from keras_attnconv.layers.key_folded_attention import key_folded_attention
 from keras_attnconv.layers.neighbourhood import get_neighbourhood, window_arguments
-from keras_attnconv.layers.path_rule import attention_mode, check_path_arguments, folds_content_position
+from keras_attnconv.layers.path_rule import (
+    attention_mode,
+    check_path_arguments,
+    folds_content_position,
+    folds_key_projection,
+)
 from keras_attnconv.layers.position_score_factory import (
     POSITION_SCORES,
     check_score_fits_attention,
@@ -400,9 +408,28 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         window_mask = None if neighbourhood is None else neighbourhood.window_mask()
         position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
         span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
+        weights = self._score_weights()
+        if (
+            weights.use_content_content
+            and self._takes_the_fast_paths()
+            and folds_key_projection(self.key_dim, self.input_dim)
+        ):
+            return key_folded_attention(
+                tokens,
+                weights,
+                height,
+                width,
+                self.output_kernel,
+                self.position_score,
+                position_bias,
+                span_bias,
+                window_mask,
+                functools.partial(self.dropout_layer, training=training),
+                fold_content_position=folds_content_position(),
+            )
         queries, keys, score_terms = global_score_parts(
             tokens,
-            self._score_weights(),
+            weights,
             height,
             width,
             self.position_score,

@@ -81,28 +81,33 @@ def take_per_pair(per_shift, index):
     return ops.transpose(picked, (3, 0, 1, 4, 2))
 
 
-def pair_scores_from_axis_shifts(per_shift, height, width):
+def pair_scores_from_axis_shifts(per_shift, height, width, query_major=False):
     """Scores of every (query, key) pair from each query's scores per row shift and per column shift.
 
     Args:
         per_shift: (batch, H*W, heads, (2H-1) + (2W-1)): query ``q``'s score for each row shift
             (index ``delta_1 + H - 1``) and then each column shift (index ``2H - 1 + delta_2 + W - 1``).
+        query_major: bool, lay the result out (batch, query, head, key) instead.
 
     Returns:
         float32 (batch, heads, H*W, H*W), ``out[b, h, q, k] = per_shift[b, q, h, row(q, k)] +
-        per_shift[b, q, h, column(q, k)]`` at the row and column shifts of the pair.
+        per_shift[b, q, h, column(q, k)]`` at the row and column shifts of the pair; with
+        `query_major`, (batch, H*W, heads, H*W) indexed ``[b, q, h, k]``.
 
     The queries of image row ``i`` read the row shifts ``-i .. H-1-i`` of their keys' rows, a
     slice of ``H`` entries starting at ``H - 1 - i``; those of column ``j`` a slice of ``W``
     column shifts: static slices (their gradient: pads), not a gather, whose scatter-add gradient
     XLA runs as a loop on a CPU. Only these small (batch, heads, T, H) and (batch, heads, T, W)
-    parts are re-laid out; the pairs are their sum (`sum_row_and_column_scores`).
+    parts are re-laid out (query-major: none); the pairs are their sum (`sum_row_and_column_scores`).
     """
     batch, heads = ops.shape(per_shift)[0], per_shift.shape[2]
     grid = ops.reshape(per_shift, (batch, height, width, heads, per_shift.shape[-1]))
     rows = ops.stack([grid[:, i, :, :, height - 1 - i : 2 * height - 1 - i] for i in range(height)], axis=1)
     first_column = 2 * height - 1 + width - 1  # the column shift 0
     columns = ops.stack([grid[:, :, j, :, first_column - j : first_column - j + width] for j in range(width)], axis=2)
+    if query_major:  # rows (batch, H, W, heads, H) and columns (..., W): the heads stay between query and key
+        total = ops.cast(rows, "float32")[..., :, None] + ops.cast(columns, "float32")[..., None, :]
+        return ops.reshape(total, (batch, height * width, heads, height * width))
     return sum_row_and_column_scores(ops.transpose(rows, (0, 3, 1, 2, 4)), ops.transpose(columns, (0, 3, 1, 2, 4)))
 
 

@@ -1,0 +1,123 @@
+"""Content attention with the key projection folded into the queries, laid out query-major.
+
+Eq. (8)'s content-content term per head is ``s (x_q Wq + b_q) . (x_k Wk + b_k)``.
+With ``u`` the key-bias vector (zero when that term is off) and ``beta = b_q + u``,
+the content-content and key-bias terms together are
+
+    s (x_q Wq + beta) Wk^T . x_k  +  s (x_q Wq + beta) . b_k
+
+The first is a product of each query's *folded query* ``s (x_q Wq + beta) Wk^T``,
+(heads, C), with the key's token itself; the second does not depend on the key.
+So the keys are the tokens: no key projection, and the scores of a batch are
+one matmul per example, (T * heads, C) x (C, T), laid out (batch, query, head,
+key). Every other step keeps that layout: the contexts ``P_h X`` are one matmul
+per example, (T * heads, T) x (T, C), (batch, query, head, C), and the output
+``sum_h context_h W_h`` one matmul over (head, C). Nothing of the queries', the
+keys' or the probabilities' size is re-laid out, which the (batch, head, query,
+key) layout of `attention_paths.general_attention` needs at every matmul.
+
+The term of the query alone is kept (a projection ``heads`` wide, added to
+every key's score): softmax ignores it, but so ``b_k`` keeps its gradient (zero
+up to rounding) as in eq. (8), and weight decay treats it alike on every
+backend. The same function as `general_attention` on `global_score_parts`, and
+cheaper wherever ``key_dim >= C`` (the paper's models: 400 and 400): the folded
+queries (heads * C wide) replace the queries and the keys (2 * heads *
+key_dim), and the scores contract C channels instead of key_dim.
+`path_rule.folds_key_projection` says where it runs.
+"""
+
+from keras import ops
+
+from keras_attnconv.layers.attention_paths import (
+    contract_heads_query_major,
+    encoding_query_kernel,
+    project,
+    shift_score_kernel,
+)
+from keras_attnconv.layers.shift_geometry import pair_scores_from_axis_shifts
+
+
+def folded_query_kernels(weights, dtype):
+    """The kernels of the folded queries and of the query's own term, from `ScoreWeights` with content-content on.
+
+    Returns:
+        ``(kernel, bias, own_kernel, own_bias)``: the folded queries' map from the tokens,
+        ``s Wq Wk^T`` (C, heads, C) and ``s beta Wk^T`` (heads, C) or None; the query's own term's,
+        ``s Wq b_k`` (C, heads, 1) and ``s beta . b_k`` (heads, 1) or None; ``own_kernel`` is None
+        without a key bias. All in `dtype`.
+    """
+    scale = ops.cast(weights.scale, dtype)
+    query_kernel, key_kernel = ops.cast(weights.query_kernel, dtype), ops.cast(weights.key_kernel, dtype)
+    present = [
+        ops.cast(b, dtype) for b in (weights.query_bias, weights.u if weights.use_key_bias else None) if b is not None
+    ]
+    beta = None if not present else present[0] if len(present) == 1 else present[0] + present[1]
+    kernel = ops.einsum("chd,ehd->che", query_kernel, key_kernel) * scale
+    bias = None if beta is None else ops.einsum("hd,ehd->he", beta, key_kernel) * scale
+    if weights.key_bias is None:
+        return kernel, bias, None, None
+    key_bias = ops.cast(weights.key_bias, dtype)
+    own_kernel = ops.einsum("chd,hd->ch", query_kernel, key_bias)[..., None] * scale
+    own_bias = None if beta is None else ops.sum(beta * key_bias, axis=-1, keepdims=True) * scale
+    return kernel, bias, own_kernel, own_bias
+
+
+def key_folded_attention(
+    tokens,
+    weights,
+    height,
+    width,
+    output_kernel,
+    position_score=None,
+    position_bias=None,
+    span_bias=None,
+    attention_mask=None,
+    dropout=None,
+    fold_content_position=True,
+):
+    """Eq. (8) over all keys with the content-content term on: `general_attention` of `global_score_parts`.
+
+    Args:
+        tokens: (batch, T, C) in the compute dtype, the values and (here) the keys.
+        weights: `ScoreWeights` with ``use_content_content``.
+        height, width: the static grid of the tokens.
+        output_kernel: (heads, C, output_dim), the merged value/output kernel.
+        position_score: the `PositionScore` the content-position term reads (with that term only).
+        position_bias, span_bias: float32 (heads, T, T) or None, as in `global_score_parts`.
+        attention_mask: None or a bool (T, T) array: whether a query attends to a key.
+        dropout: None, or a callable applied to the float32 probabilities.
+        fold_content_position: bool, the content-position term of a score with an
+            `axis_shift_table` is read from each query's per-shift scores (as `global_score_parts`).
+
+    Returns:
+        ``(outputs, probabilities)``: (batch, T, output_dim) in the dtype of `tokens`, and the
+        float32 (batch, heads, T, T) probabilities before dropout.
+    """
+    kernel, bias, own_kernel, own_bias = folded_query_kernels(weights, tokens.dtype)
+    folded_queries = project(tokens, kernel, bias)
+    scores = ops.cast(ops.einsum("bqhc,bkc->bqhk", folded_queries, tokens), "float32")
+    if own_kernel is not None:
+        scores = scores + ops.cast(project(tokens, own_kernel, own_bias), "float32")
+    if weights.use_content_position:
+        scores = scores + _content_position_query_major(
+            tokens, weights, height, width, position_score, fold_content_position
+        )
+    for term in (position_bias, span_bias):
+        if term is not None:
+            scores = scores + ops.transpose(ops.cast(term, "float32"), (1, 0, 2))
+    if attention_mask is not None:
+        scores = ops.where(ops.convert_to_tensor(attention_mask)[:, None, :], scores, float("-inf"))
+    probabilities = ops.softmax(scores, axis=-1)
+    dropped = probabilities if dropout is None else dropout(probabilities)
+    outputs = contract_heads_query_major(ops.cast(dropped, tokens.dtype), tokens, output_kernel)
+    return outputs, ops.transpose(probabilities, (0, 2, 1, 3))
+
+
+def _content_position_query_major(tokens, weights, height, width, position_score, fold_content_position):
+    """The content-position term ``q W_hat . r_delta``, float32 (batch, T, heads, T), from the tokens."""
+    table = position_score.axis_shift_table(height, width) if fold_content_position else None
+    if table is not None:
+        per_shift = project(tokens, *shift_score_kernel(weights, ops.cast(table, tokens.dtype)))
+        return pair_scores_from_axis_shifts(per_shift, height, width, query_major=True)
+    queries_in_encoding = project(tokens, *encoding_query_kernel(weights, tokens.dtype, position_score.encoding_dim))
+    return ops.transpose(position_score.content_position_scores(queries_in_encoding, height, width), (0, 2, 1, 3))
