@@ -123,8 +123,8 @@ def folds_key_projection(key_dim, input_dim, platform=None):
     are heads * input_dim wide, the queries and keys 2 * heads * key_dim): XLA's plan of
     `learned_content`'s step for an H200 (`attnconv bench --suite plan`) moves fewer bytes and does
     fewer FLOPs folded (docs/performance.md, "A GPU's step compiled without the GPU"), so
-    accelerators fold. A CPU keeps the unfolded path, on which the package's CPU measurements and
-    its step-for-step equality with the official code were made.
+    accelerators fold. A CPU keeps the unfolded path: folded, `learned_content_tiny`'s step took 5%
+    longer with TensorFlow on a 2-core AMD EPYC, on XLA and in a graph (same notes).
     """
     return checked_platform(platform) != "cpu" and key_dim >= input_dim
 

@@ -145,20 +145,30 @@ def _row_of(rows, model):
     return next(row for (name, _), row in rows.items() if name == model)
 
 
-def test_the_performance_notes_plan_figures_are_those_of_the_results_files():
-    before = _row_of(_bfloat16_rows("training/results/plan-h200-ffa73a2.json"), "learned_content")
-    after = _row_of(_bfloat16_rows("training/results/plan-h200.json"), "learned_content")
+@pytest.mark.parametrize(
+    "before_file, after_file, header",
+    [
+        ("plan-h200-ffa73a2.json", "plan-h200-19591ca.json", "| before | folded content-position term |"),
+        ("plan-h200-19591ca.json", "plan-h200.json", "| folded content-position term | and folded keys |"),
+    ],
+    ids=["content_position_fold", "key_fold"],
+)
+def test_the_performance_notes_plan_changes_are_those_of_the_results_files(before_file, after_file, header):
+    before = _row_of(_bfloat16_rows(f"training/results/{before_file}"), "learned_content")
+    after = _row_of(_bfloat16_rows(f"training/results/{after_file}"), "learned_content")
     with open("docs/performance.md") as notes:
         text = notes.read()
+    assert header in text
+    table = text[text.index(header) :].split("\n\n")[0]  # the table under its header, to its end
 
     def change(key):
         return f"{after[key]:,.2f} ({(after[key] / before[key] - 1) * 100:+.1f}%)"
 
-    assert f"| kernels | {before['kernels']} | {after['kernels']} |" in text
-    assert f"| GB moved a step | {before['gbytes']:.2f} | {change('gbytes')} |" in text
-    assert f"| floor, ms | {before['floor_ms']:.2f} | {change('floor_ms')} |" in text
+    assert f"| kernels | {before['kernels']} | {after['kernels']} |" in table
+    assert f"| GB moved a step | {before['gbytes']:.2f} | {change('gbytes')} |" in table
+    assert f"| floor, ms | {before['floor_ms']:.2f} | {change('floor_ms')} |" in table
     step_change = f"({(after['step_mib'] / before['step_mib'] - 1) * 100:+.1f}%)"
-    assert f"| step's memory, MiB | {before['step_mib']:,.0f} | {after['step_mib']:,.0f} {step_change} |" in text
+    assert f"| step's memory, MiB | {before['step_mib']:,.0f} | {after['step_mib']:,.0f} {step_change} |" in table
 
 
 def test_the_performance_notes_set_each_plan_beside_the_gpu_suite_s_fit_steps_of_its_results_files():
@@ -185,7 +195,8 @@ def test_the_performance_notes_set_each_plan_beside_the_gpu_suite_s_fit_steps_of
     assert f"| `learned` | {floor('h200', 'learned')} | not measured | {floor('h100', 'learned')} | " in text
     assert f"| `learned_content` | {floor('h200', 'learned_content')} (" in text
     assert (
-        f"| {floor('h100', 'learned_content')} | {fit_ms(measured_h100, 'learned_content', None)} (before it) |" in text
+        f"| {floor('h100', 'learned_content')} | {fit_ms(measured_h100, 'learned_content', None)} (before them) |"
+        in text
     )
     assert (
         f"| `resnet18` | {floor('h200', 'resnet18')} | {fit_ms(measured, 'resnet18', None)} | "

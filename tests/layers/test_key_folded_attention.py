@@ -6,6 +6,7 @@ with the values and gradients of the unfolded path, under every term, window, bi
 
 import itertools
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -34,9 +35,22 @@ def force_paths(monkeypatch, fold_keys, fold_content_position=False):
     monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold_content_position)
 
 
-@pytest.mark.parametrize("terms", TERM_SETS, ids=lambda t: "+".join(k[4:] for k, v in t.items() if v))
+# The content-position term per query and per shift (`folds_content_position`), where that term is on.
+EQ8_CASES = [
+    (terms, per_shift)
+    for terms in TERM_SETS
+    for per_shift in ([False, True] if terms["use_content_position"] else [False])
+]
+
+
+@pytest.mark.parametrize(
+    "terms, fold_content_position",
+    EQ8_CASES,
+    ids=[
+        "+".join(k[4:] for k, v in t.items() if v) + ("-per_shift" if per_shift else "") for t, per_shift in EQ8_CASES
+    ],
+)
 @pytest.mark.parametrize("score", sorted(SCORES))
-@pytest.mark.parametrize("fold_content_position", [False, True], ids=["per_query", "per_shift"])
 def test_the_key_folded_path_equals_numpy_eq8(monkeypatch, terms, score, fold_content_position):
     # key_dim 4 < 6 channels: the rule would not fold these shapes; forced, the fold is still eq. (8).
     force_paths(monkeypatch, True, fold_content_position)
@@ -52,9 +66,11 @@ def test_the_key_folded_path_equals_numpy_eq8(monkeypatch, terms, score, fold_co
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("use_bias", [True, False])
-@pytest.mark.parametrize("projection", [False, True])
-@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize(
+    "use_bias, projection, window",
+    [(True, False, None), (True, True, 3), (False, True, None), (False, False, 3)],
+    ids=["biases", "biases-w_hat-window", "w_hat", "window"],
+)
 def test_the_key_folded_path_has_the_unfolded_path_s_values_and_gradients(monkeypatch, use_bias, projection, window):
     # Every term and the biases: the key bias b_k, which softmax ignores, keeps its (near-zero) gradient, and the
     # key-bias term's u folds into the queries' bias. A window is a mask on this global path.
@@ -143,3 +159,26 @@ def test_query_major_pair_scores_are_the_pair_scores_laid_out_query_head_key(gri
     expected = ops.convert_to_numpy(pair_scores_from_axis_shifts(per_shift, height, width))
     query_major = ops.convert_to_numpy(pair_scores_from_axis_shifts(per_shift, height, width, query_major=True))
     np.testing.assert_array_equal(query_major, expected.transpose(0, 2, 1, 3))
+
+
+def test_the_key_folded_path_under_mixed_precision_is_the_float32_path_within_its_precision(monkeypatch, mixed_policy):
+    # Projections and contractions in the compute dtype, scores and softmax in float32, as on the unfolded path;
+    # compiled by XLA (the accelerators' compiler) as a training step compiles it.
+    force_paths(monkeypatch, True, fold_content_position=True)
+    x = np.random.default_rng(6).normal(size=(2, 4, 4, 8)).astype("float32")
+    arguments = dict(
+        num_heads=2, position_score="learned", use_content_content=True, use_content_position=True, key_dim=8
+    )
+    layer = RelativeMultiHeadAttention(**arguments)
+    layer.build(x.shape)
+    randomize_weights(layer, seed=8, scale=0.3)
+    reference = RelativeMultiHeadAttention(**arguments, dtype="float32")
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    model = keras.Sequential([keras.Input(x.shape[1:]), layer])
+    model.compile(jit_compile=True)
+    outputs = model.predict(x, verbose=0)
+    compute_dtype = mixed_policy.split("_")[1]
+    assert layer.compute_dtype == compute_dtype and outputs.dtype == compute_dtype
+    expected = ops.convert_to_numpy(reference(x))
+    np.testing.assert_allclose(outputs.astype("float32"), expected, atol=0.05 * np.abs(expected).max())
