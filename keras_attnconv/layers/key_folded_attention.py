@@ -16,15 +16,17 @@ per example, (T * heads, T) x (T, C), (batch, query, head, C), and the output
 keys' or the probabilities' size is re-laid out, which the (batch, head, query,
 key) layout of `attention_paths.general_attention` needs at every matmul.
 
-The term of the query alone is kept (a projection ``heads`` wide, added to
-every key's score): softmax ignores it, but so ``b_k`` keeps its gradient (zero
-up to rounding) as in eq. (8), and weight decay treats it alike on every
-backend. The same function as `general_attention` on `global_score_parts`, and
-cheaper wherever ``key_dim >= C`` (the paper's models: 400 and 400): the folded
-queries (heads * C wide) replace the queries and the keys (2 * heads *
-key_dim), and the scores contract C channels instead of key_dim.
+The second term, the query's alone, is dropped: softmax ignores it
+(`folded_query_kernels` keeps ``b_k``'s gradient, exactly zero). The same
+function as `general_attention` on `global_score_parts`, and cheaper wherever
+``key_dim >= C`` (the paper's models: 400 and 400): the folded queries (heads
+* C wide) replace the queries and the keys (2 * heads * key_dim), and the
+scores contract C channels instead of key_dim.
 `path_rule.folds_key_projection` says where it runs.
 """
+
+import functools
+import operator
 
 from keras import ops
 
@@ -38,28 +40,26 @@ from keras_attnconv.layers.shift_geometry import pair_scores_from_axis_shifts
 
 
 def folded_query_kernels(weights, dtype):
-    """The kernels of the folded queries and of the query's own term, from `ScoreWeights` with content-content on.
+    """``(kernel, bias)`` of the folded queries' map from the tokens, ``s (X Wq + beta) Wk^T``, from `ScoreWeights`.
 
     Returns:
-        ``(kernel, bias, own_kernel, own_bias)``: the folded queries' map from the tokens,
-        ``s Wq Wk^T`` (C, heads, C) and ``s beta Wk^T`` (heads, C) or None; the query's own term's,
-        ``s Wq b_k`` (C, heads, 1) and ``s beta . b_k`` (heads, 1) or None; ``own_kernel`` is None
-        without a key bias. All in `dtype`.
+        kernel ``s Wq Wk^T`` (C, heads, C) and bias ``s beta Wk^T`` (heads, C) or None, in `dtype`.
+
+    ``b_k`` enters eq. (8) only through ``s (x_q Wq + beta) . b_k``, the same for every key, which
+    softmax ignores: its gradient is exactly zero. It enters the kernel times zero so that every
+    backend gives it that zero (TensorFlow would give None, and the optimizer would skip the
+    variable and its weight decay), without a pass over the scores' gradient.
     """
     scale = ops.cast(weights.scale, dtype)
     query_kernel, key_kernel = ops.cast(weights.query_kernel, dtype), ops.cast(weights.key_kernel, dtype)
-    present = [
-        ops.cast(b, dtype) for b in (weights.query_bias, weights.u if weights.use_key_bias else None) if b is not None
-    ]
-    beta = None if not present else present[0] if len(present) == 1 else present[0] + present[1]
+    biases = [weights.query_bias, weights.u if weights.use_key_bias else None]
+    present = [ops.cast(bias, dtype) for bias in biases if bias is not None]
+    beta = functools.reduce(operator.add, present) if present else None
     kernel = ops.einsum("chd,ehd->che", query_kernel, key_kernel) * scale
+    if weights.key_bias is not None:
+        kernel = kernel + ops.sum(ops.cast(weights.key_bias, dtype)) * 0
     bias = None if beta is None else ops.einsum("hd,ehd->he", beta, key_kernel) * scale
-    if weights.key_bias is None:
-        return kernel, bias, None, None
-    key_bias = ops.cast(weights.key_bias, dtype)
-    own_kernel = ops.einsum("chd,hd->ch", query_kernel, key_bias)[..., None] * scale
-    own_bias = None if beta is None else ops.sum(beta * key_bias, axis=-1, keepdims=True) * scale
-    return kernel, bias, own_kernel, own_bias
+    return kernel, bias
 
 
 def key_folded_attention(
@@ -85,7 +85,7 @@ def key_folded_attention(
         position_score: the `PositionScore` the content-position term reads (with that term only).
         position_bias, span_bias: float32 (heads, T, T) or None, as in `global_score_parts`.
         attention_mask: None or a bool (T, T) array: whether a query attends to a key.
-        dropout: None, or a callable applied to the float32 probabilities.
+        dropout: None, or a callable applied to the float32 probabilities, (batch, T, heads, T) here.
         fold_content_position: bool, the content-position term of a score with an
             `axis_shift_table` is read from each query's per-shift scores (as `global_score_parts`).
 
@@ -93,11 +93,8 @@ def key_folded_attention(
         ``(outputs, probabilities)``: (batch, T, output_dim) in the dtype of `tokens`, and the
         float32 (batch, heads, T, T) probabilities before dropout.
     """
-    kernel, bias, own_kernel, own_bias = folded_query_kernels(weights, tokens.dtype)
-    folded_queries = project(tokens, kernel, bias)
+    folded_queries = project(tokens, *folded_query_kernels(weights, tokens.dtype))
     scores = ops.cast(ops.einsum("bqhc,bkc->bqhk", folded_queries, tokens), "float32")
-    if own_kernel is not None:
-        scores = scores + ops.cast(project(tokens, own_kernel, own_bias), "float32")
     if weights.use_content_position:
         scores = scores + _content_position_query_major(
             tokens, weights, height, width, position_score, fold_content_position

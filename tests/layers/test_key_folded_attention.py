@@ -72,7 +72,7 @@ def test_the_key_folded_path_equals_numpy_eq8(monkeypatch, terms, score, fold_co
     ids=["biases", "biases-w_hat-window", "w_hat", "window"],
 )
 def test_the_key_folded_path_has_the_unfolded_path_s_values_and_gradients(monkeypatch, use_bias, projection, window):
-    # Every term and the biases: the key bias b_k, which softmax ignores, keeps its (near-zero) gradient, and the
+    # Every term and the biases: the key bias b_k, which softmax ignores, keeps its gradient (zero), and the
     # key-bias term's u folds into the queries' bias. A window is a mask on this global path.
     x = np.random.default_rng(3).normal(size=(2, 4, 5, 6)).astype("float32")
 
@@ -102,10 +102,11 @@ def test_the_key_folded_path_has_the_unfolded_path_s_values_and_gradients(monkey
         return layer_value_and_gradients(attention, x)
 
     assert_same_value_and_gradients(value_and_gradients(folded, True), value_and_gradients(unfolded, False), unfolded)
-    if use_bias:  # b_k is a variable the step updates: a gradient, not None (TensorFlow would drop it)
+    if use_bias:  # softmax ignores b_k: its gradient is exactly zero, and a tensor (TensorFlow would give None)
         gradients = value_and_gradients(folded, True)[1]
         names = ["inputs", *(v.name for v in folded.trainable_variables)]
-        assert gradients[names.index("key_bias")] is not None
+        key_bias_gradient = gradients[names.index("key_bias")]
+        assert key_bias_gradient is not None and not np.any(ops.convert_to_numpy(key_bias_gradient))
 
 
 def test_the_key_folded_path_drops_links_at_the_rate(monkeypatch):
