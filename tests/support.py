@@ -111,6 +111,35 @@ def assert_same_value_and_gradients(result, expected, reference, atol=1e-5):
         np.testing.assert_allclose(ops.convert_to_numpy(a), ops.convert_to_numpy(b), atol=1e-5, rtol=1e-5, err_msg=name)
 
 
+def assert_path_keeps_values_and_gradients(make_layer, take_path, x, seed):
+    """A layer that takes a path has the values and gradients of the same layer, same weights, that does not.
+
+    Args:
+        make_layer: callable returning a new, unbuilt layer.
+        take_path: callable of a bool that makes the layers called after it take the path or not
+            (e.g. a monkeypatched path rule).
+        x: the input.
+        seed: the seed of both layers' random weights (`randomize_weights`).
+
+    Returns:
+        The layer that takes the path (built; its path rule left on).
+    """
+
+    def built(on):
+        take_path(on)
+        layer = make_layer()
+        layer.build(x.shape)
+        randomize_weights(layer, seed=seed)
+        return layer
+
+    taking, not_taking = built(True), built(False)  # the same weights: drawn from the same seed in the same order
+    take_path(False)
+    expected = value_and_gradients(not_taking, x)
+    take_path(True)
+    assert_same_value_and_gradients(value_and_gradients(taking, x), expected, not_taking)
+    return taking
+
+
 def largest_backward_residual(layer, shape):
     """Entries of the largest tensor a built `layer` keeps for its backward pass on inputs of `shape` (JAX only).
 

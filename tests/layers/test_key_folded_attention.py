@@ -10,8 +10,13 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import assert_same_value_and_gradients, eq8_reference, randomize_weights, training_calls
-from support import value_and_gradients as layer_value_and_gradients
+from support import (
+    assert_path_keeps_values_and_gradients,
+    eq8_reference,
+    randomize_weights,
+    training_calls,
+    value_and_gradients,
+)
 
 from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore, relative_attention
 from keras_attnconv.layers.path_rule import folds_key_projection
@@ -76,9 +81,8 @@ def test_the_key_folded_path_has_the_unfolded_path_s_values_and_gradients(monkey
     # key-bias term's u folds into the queries' bias. A window is a mask on this global path.
     x = np.random.default_rng(3).normal(size=(2, 4, 5, 6)).astype("float32")
 
-    def layer(fold):
-        force_paths(monkeypatch, fold, fold_content_position=True)
-        attention = RelativeMultiHeadAttention(
+    def layer():
+        return RelativeMultiHeadAttention(
             num_heads=3,
             position_score=LearnedRelativeScore(3, embedding_dim=4, max_position=6),
             key_dim=6,
@@ -91,19 +95,12 @@ def test_the_key_folded_path_has_the_unfolded_path_s_values_and_gradients(monkey
             window=window,
             windowed=False,
         )
-        attention.build(x.shape)
-        randomize_weights(attention, seed=11)
-        return attention
 
-    folded, unfolded = layer(True), layer(False)  # the same weights: drawn from the same seed in the same order
-
-    def value_and_gradients(attention, fold):
-        force_paths(monkeypatch, fold, fold_content_position=True)
-        return layer_value_and_gradients(attention, x)
-
-    assert_same_value_and_gradients(value_and_gradients(folded, True), value_and_gradients(unfolded, False), unfolded)
+    folded = assert_path_keeps_values_and_gradients(
+        layer, lambda on: force_paths(monkeypatch, on, fold_content_position=True), x, seed=11
+    )
     if use_bias:  # softmax ignores b_k: its gradient is exactly zero, and a tensor (TensorFlow would give None)
-        gradients = value_and_gradients(folded, True)[1]
+        gradients = value_and_gradients(folded, x)[1]
         names = ["inputs", *(v.name for v in folded.trainable_variables)]
         key_bias_gradient = gradients[names.index("key_bias")]
         assert key_bias_gradient is not None and not np.any(ops.convert_to_numpy(key_bias_gradient))

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import assert_same_value_and_gradients, eq8_reference, randomize_weights, value_and_gradients
+from support import assert_path_keeps_values_and_gradients, eq8_reference, randomize_weights
 
 from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore, relative_attention
 
@@ -228,9 +228,8 @@ def test_the_folded_content_position_term_equals_eq8_and_the_unfolded_term(monke
     # and gradients of the term computed from the queries.
     x = np.random.default_rng(6).normal(size=(2, *grid, 6)).astype("float32")
 
-    def layer(fold):
-        monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold)
-        attention = RelativeMultiHeadAttention(
+    def layer():
+        return RelativeMultiHeadAttention(
             num_heads=3,
             position_score=LearnedRelativeScore(3, embedding_dim=4, max_position=6, head_vectors=False),
             key_dim=5,
@@ -240,18 +239,11 @@ def test_the_folded_content_position_term_equals_eq8_and_the_unfolded_term(monke
             position_key_projection=projection,
             use_bias=use_bias,
         )
-        attention.build(x.shape)
-        randomize_weights(attention, seed=7)
-        return attention
 
-    folded, unfolded = layer(True), layer(False)  # the same weights: drawn from the same seed in the same order
+    def fold(on):
+        monkeypatch.setattr(relative_attention, "folds_content_position", lambda: on)
 
-    def values_and_gradients(attention, fold):
-        monkeypatch.setattr(relative_attention, "folds_content_position", lambda: fold)
-        return value_and_gradients(attention, x)
-
-    assert_same_value_and_gradients(values_and_gradients(folded, True), values_and_gradients(unfolded, False), unfolded)
-    monkeypatch.setattr(relative_attention, "folds_content_position", lambda: True)
+    folded = assert_path_keeps_values_and_gradients(layer, fold, x, seed=7)
     expected, expected_probs = eq8_reference(folded, x)
     outputs, probs = folded(x, return_attention_scores=True)
     np.testing.assert_allclose(ops.convert_to_numpy(probs), expected_probs, atol=1e-5)
