@@ -123,8 +123,10 @@ def folds_key_projection(key_dim, input_dim, platform=None):
     are heads * input_dim wide, the queries and keys 2 * heads * key_dim): XLA's plan of
     `learned_content`'s step for an H200 (`attnconv bench --suite plan`) moves fewer bytes and does
     fewer FLOPs folded (docs/performance.md, "A GPU's step compiled without the GPU"), so
-    accelerators fold. A CPU keeps the unfolded path: folded, `learned_content_tiny`'s step took 5%
-    longer with TensorFlow on a 2-core AMD EPYC, on XLA and in a graph (same notes).
+    accelerators fold. A CPU keeps the unfolded path, on which its path rule and measurements were
+    made: folded, `learned_content_tiny`'s step with TensorFlow on a 2-core AMD EPYC with AVX2 took
+    1-4% less, on XLA and in a graph, within that machine's noise, and was not measured on the
+    other CPU kinds (same notes).
     """
     return checked_platform(platform) != "cpu" and key_dim >= input_dim
 
