@@ -31,6 +31,7 @@ import operator
 from keras import ops
 
 from keras_attnconv.layers.attention_paths import (
+    attention_scores,
     contract_heads_query_major,
     encoding_query_kernel,
     project,
@@ -94,17 +95,17 @@ def key_folded_attention(
         float32 (batch, heads, T, T) probabilities before dropout.
     """
     folded_queries = project(tokens, *folded_query_kernels(weights, tokens.dtype))
-    scores = ops.cast(ops.einsum("bqhc,bkc->bqhk", folded_queries, tokens), "float32")
+    terms = [ops.cast(ops.einsum("bqhc,bkc->bqhk", folded_queries, tokens), "float32")]
     if weights.use_content_position:
-        scores = scores + _content_position_query_major(
-            tokens, weights, height, width, position_score, fold_content_position
+        terms.append(
+            _content_position_query_major(tokens, weights, height, width, position_score, fold_content_position)
         )
-    for term in (position_bias, span_bias):
-        if term is not None:
-            scores = scores + ops.transpose(ops.cast(term, "float32"), (1, 0, 2))
-    if attention_mask is not None:
-        scores = ops.where(ops.convert_to_tensor(attention_mask)[:, None, :], scores, float("-inf"))
-    probabilities = ops.softmax(scores, axis=-1)
+    # The position-only terms (heads, T, T), laid out (T, heads, T) as the scores are.
+    terms += [
+        ops.transpose(ops.cast(term, "float32"), (1, 0, 2)) for term in (position_bias, span_bias) if term is not None
+    ]
+    mask = None if attention_mask is None else ops.convert_to_tensor(attention_mask)[:, None, :]
+    probabilities = ops.softmax(attention_scores(None, None, tuple(terms), mask), axis=-1)
     dropped = probabilities if dropout is None else dropout(probabilities)
     outputs = contract_heads_query_major(ops.cast(dropped, tokens.dtype), tokens, output_kernel)
     return outputs, ops.transpose(probabilities, (0, 2, 1, 3))

@@ -106,8 +106,7 @@ def pair_scores_from_axis_shifts(per_shift, height, width, query_major=False):
     first_column = 2 * height - 1 + width - 1  # the column shift 0
     columns = ops.stack([grid[:, :, j, :, first_column - j : first_column - j + width] for j in range(width)], axis=2)
     if query_major:  # rows (batch, H, W, heads, H) and columns (..., W): the heads stay between query and key
-        total = ops.cast(rows, "float32")[..., :, None] + ops.cast(columns, "float32")[..., None, :]
-        return ops.reshape(total, (batch, height * width, heads, height * width))
+        return ops.reshape(_outer_sum(rows, columns), (batch, height * width, heads, height * width))
     return sum_row_and_column_scores(ops.transpose(rows, (0, 3, 1, 2, 4)), ops.transpose(columns, (0, 3, 1, 2, 4)))
 
 
@@ -123,5 +122,10 @@ def sum_row_and_column_scores(row_scores, column_scores):
         column_scores[..., i, j, l]``.
     """
     height, width = column_scores.shape[-3], column_scores.shape[-1]
-    total = ops.cast(row_scores, "float32")[..., :, None] + ops.cast(column_scores, "float32")[..., None, :]
+    total = _outer_sum(row_scores, column_scores)
     return ops.reshape(total, (*ops.shape(total)[:-4], height * width, height * width))
+
+
+def _outer_sum(row_scores, column_scores):
+    """``row_scores[..., k] + column_scores[..., l]`` over every (k, l), in float32: (..., H, W)."""
+    return ops.cast(row_scores, "float32")[..., :, None] + ops.cast(column_scores, "float32")[..., None, :]
