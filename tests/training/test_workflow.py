@@ -184,6 +184,7 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
         schedule="official",
         warmup_ratio=0.9,
         jit_compile=False,
+        model_overrides={"num_layers": 1},  # the run and its export are the test's time: one block is enough
         run_dir=str(run),
         export_dir=str(root),
         verbose=0,
