@@ -62,6 +62,8 @@ def test_a_paper_recipe_trains_on_tfds_mock_data(dataset, recipe, tmp_path, caps
                 "2",
                 "--model-overrides",
                 tiny,
+                "--jit-compile",
+                "false",  # what is checked is the data's way in: XLA's compiles would be most of the time
                 "--runs-dir",
                 str(tmp_path / "runs"),
                 "--export-dir",
