@@ -73,6 +73,20 @@ class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
         cosine = self.peak_learning_rate * 0.5 * (1.0 + ops.cos(math.pi * progress))
         return ops.where(step < self.warmup_steps, warm, cosine)
 
+    @property
+    def first_nonzero_step(self):
+        """The first optimizer step whose rate is above 0; the steps before it leave the weights as they are.
+
+        0 without a warm-up (the peak at once); with one, 1 where the rate
+        changes every step (only step 0 is at 0), `steps_per_epoch` where it is
+        held for an epoch (the first epoch is at 0). The held rate of that step
+        is the warm-up's or the cosine's before its end: ``steps_per_epoch <
+        total_steps``, as in `run_schedule`'s schedules.
+        """
+        if not self.warmup_steps:
+            return 0
+        return self.steps_per_epoch or 1
+
     def get_config(self):
         return {
             "peak_learning_rate": self.peak_learning_rate,
@@ -100,6 +114,10 @@ def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio
     model: docs/training.md), so a shorter run keeps ``min_warmup_epochs``,
     capped at half the run so that the rate still decays over the other half.
     A run whose ratio gives more (the paper's 300 epochs: 15) keeps its own.
+
+    Raises ValueError, naming `epochs` and `kind`, for a run that would train
+    every step at rate 0 and so learn nothing: one epoch of ``"official"``
+    with a warm-up (it holds its first epoch at 0).
     """
     check_choice("schedule", kind, SCHEDULES)
     per_epoch = steps_per_epoch + 1 if kind == "official" else steps_per_epoch
@@ -108,12 +126,20 @@ def run_schedule(kind, peak_learning_rate, epochs, steps_per_epoch, warmup_ratio
         math.floor(warmup_ratio * total_steps),  # the official code's int(ratio * total), exactly
         math.floor(min(min_warmup_epochs, epochs / 2) * per_epoch),
     )
-    return WarmupCosineDecay(
+    schedule = WarmupCosineDecay(
         peak_learning_rate,
         total_steps,
         warmup_steps=warmup,
         steps_per_epoch=steps_per_epoch if kind == "official" else None,
     )
+    if schedule.first_nonzero_step >= epochs * steps_per_epoch:
+        raise ValueError(
+            f"With the {kind!r} schedule and a warm-up, a run of {epochs} epoch(s) trains every step at learning "
+            f"rate 0 (the rate of an epoch is that of its first step, 0 in the first epoch) and learns nothing: "
+            f'train 2 epochs or more, or with schedule = "per_step" (or no warm-up: warmup_ratio = 0 and '
+            f"min_warmup_epochs = 0). Received: epochs={epochs}, schedule={kind!r}"
+        )
+    return schedule
 
 
 @keras.saving.register_keras_serializable(package="keras_attnconv")

@@ -26,6 +26,16 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
     assert lr(schedule, 2000) == pytest.approx(0.0, abs=1e-9)
 
 
+@pytest.mark.parametrize(
+    "steps_per_epoch, warmup_steps, first",
+    [(None, 0, 0), (None, 5, 1), (4, 0, 0), (4, 5, 4), (4, 2, 4)],  # per step; held per epoch of 4 steps
+)
+def test_the_first_nonzero_step_is_the_first_whose_rate_is_above_zero(steps_per_epoch, warmup_steps, first):
+    schedule = WarmupCosineDecay(0.1, total_steps=40, warmup_steps=warmup_steps, steps_per_epoch=steps_per_epoch)
+    assert schedule.first_nonzero_step == first
+    assert [lr(schedule, step) for step in range(first)] == [0.0] * first and lr(schedule, first) > 0
+
+
 def test_schedule_serializes():
     schedule = WarmupCosineDecay(0.1, total_steps=100, warmup_steps=5)
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))

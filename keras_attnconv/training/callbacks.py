@@ -273,6 +273,29 @@ def first_epoch_after_warmup(warmup_steps, steps_per_epoch):
     return warmup_steps // steps_per_epoch
 
 
+def first_trained_epoch(schedule, steps_per_epoch):
+    """The index of the first epoch with a step at a learning rate above 0 (`schedule.first_nonzero_step`).
+
+    The epochs before it leave the model's initial weights as they are (the
+    official schedule's first epoch, at rate 0): what they score is the
+    initialisation's, not something learned, so none of them is ever the best
+    checkpoint (`BestCheckpoint`) or judged by `StopWhenNothingLearned`.
+    """
+    return schedule.first_nonzero_step // steps_per_epoch
+
+
+def first_judged_epoch(schedule, steps_per_epoch):
+    """The first epoch `StopWhenNothingLearned` judges: past the warm-up, and trained (`first_trained_epoch`).
+
+    A warm-up shorter than an epoch under the official schedule ends within
+    the first epoch, which still trained at rate 0: the second is judged.
+    """
+    return max(
+        first_epoch_after_warmup(schedule.warmup_steps, steps_per_epoch),
+        first_trained_epoch(schedule, steps_per_epoch),
+    )
+
+
 class NothingLearnedError(RuntimeError):
     """After its warm-up, the model is at chance on the validation images, or its training loss exploded."""
 
@@ -280,8 +303,8 @@ class NothingLearnedError(RuntimeError):
 class StopWhenNothingLearned(keras.callbacks.Callback):
     """Stops ``fit`` with `NothingLearnedError` at the end of an epoch after the warm-up where nothing was learned.
 
-    From the epoch `first_epoch` on (`first_epoch_after_warmup`: the first
-    whose end is past the warm-up), each epoch's end checks, in this order:
+    From the epoch `first_epoch` on (`first_judged_epoch`: the first whose
+    end is past the warm-up, and that trained), each epoch's end checks, in this order:
 
     - the training loss (finite: NaN and infinities are `StopOnNonFiniteLoss`'s)
       above ``EXPLODED_LOSS_FACTOR x ln(num_classes)`` (23.0 for 10 classes):
@@ -343,19 +366,23 @@ class BestCheckpoint(keras.callbacks.Callback):
     """Saves the model (``.keras``) whenever `monitor` improves, atomically.
 
     The best value so far is kept in ``<filepath>.json`` beside the model, so
-    a resumed run keeps comparing against it.
+    a resumed run keeps comparing against it. The epochs before `first_epoch`
+    (`first_trained_epoch`) are never saved: their weights are the initial
+    ones, and an initialisation that happens to score above the trained epochs
+    would otherwise be published as the run's trained model.
     """
 
-    def __init__(self, filepath, monitor="val_accuracy", mode="max"):
+    def __init__(self, filepath, monitor="val_accuracy", mode="max", first_epoch=0):
         super().__init__()
         self.filepath = Path(filepath)
         self.monitor = monitor
         self.better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
         self.record = self.filepath.with_suffix(".json")
+        self.first_epoch = first_epoch
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is None:
+        if value is None or epoch < self.first_epoch:
             return
         best = json.loads(self.record.read_text())[self.monitor] if self.record.exists() else None
         if best is None or self.better(float(value), best):

@@ -34,7 +34,8 @@ from keras_attnconv.training.callbacks import (
     WithAveragedWeights,
     csv_columns,
     csv_history,
-    first_epoch_after_warmup,
+    first_judged_epoch,
+    first_trained_epoch,
     rewind_csv,
 )
 from keras_attnconv.training.distribution import (
@@ -285,11 +286,16 @@ def _fit_in_scope(config, plan, run, resume_from):
             StopWhenNothingLearned(
                 plan.model_config.num_classes,
                 len(plan.eval_batches.labels),
-                first_epoch_after_warmup(plan.schedule.warmup_steps, plan.steps_per_epoch),
+                first_judged_epoch(plan.schedule, plan.steps_per_epoch),
             ),
             # With weight averaging, validation and the best checkpoint see the averaged weights, the backup the
             # trained ones (and the averages as optimizer variables), so that a resumed run trains on as before.
-            *_with_averaged_weights(config, BestCheckpoint(run.best_checkpoint)),
+            *_with_averaged_weights(
+                config,
+                BestCheckpoint(
+                    run.best_checkpoint, first_epoch=first_trained_epoch(plan.schedule, plan.steps_per_epoch)
+                ),
+            ),
             *_logging_callbacks(run),
             throughput,
             *_center_tracking(model, run, initial_epoch),

@@ -159,6 +159,20 @@ def test_per_step_schedule_changes_every_step_and_ends_at_zero():
     assert float(schedule(1)) != float(schedule(2)) and float(schedule(30)) == 0.0
 
 
+def test_a_run_whose_every_step_is_at_rate_zero_is_refused():
+    # The official schedule holds an epoch at its first step's rate, 0 in the first epoch with a warm-up.
+    with pytest.raises(ValueError, match=r"learns nothing.*Received: epochs=1, schedule='official'"):
+        run_schedule("official", 0.1, epochs=1, steps_per_epoch=10, warmup_ratio=0.05, min_warmup_epochs=6)
+    # Without a warm-up the first epoch runs at the peak; per step, only step 0 is at 0; a second epoch trains.
+    for kind, warmup_ratio, min_warmup_epochs, epochs in [
+        ("official", 0.0, 0.0, 1),
+        ("per_step", 0.05, 6, 1),
+        ("official", 0.05, 6, 2),
+    ]:
+        schedule = run_schedule(kind, 0.1, epochs, 10, warmup_ratio, min_warmup_epochs)
+        assert float(schedule(epochs * 10 - 1)) > 0
+
+
 def test_official_normalisation_is_the_official_codes_for_cifar10_and_cifar100():
     official = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     for dataset in ("cifar10", "cifar100", "cifar10_sample"):

@@ -571,6 +571,25 @@ def test_the_first_epoch_checked_is_the_first_whose_end_is_past_the_warmup():
     assert first_epoch_after_warmup(7515, 500) == 15  # the paper's 300 epochs (official schedule): the 16th epoch
 
 
+def test_an_epoch_at_rate_zero_is_never_judged_nor_the_best_checkpoint(tmp_path):
+    # 10 official epochs of 4 steps with a warm-up of 2 (5%, no minimum): it ends within the first epoch, which the
+    # schedule holds at rate 0. That epoch scores what the initialisation scores: neither judged nor kept as best.
+    from keras_attnconv.optim import run_schedule
+    from keras_attnconv.training.callbacks import BestCheckpoint, first_judged_epoch, first_trained_epoch
+
+    schedule = run_schedule("official", 0.1, epochs=10, steps_per_epoch=4, warmup_ratio=0.05, min_warmup_epochs=0)
+    assert schedule.warmup_steps == 2 and float(schedule(3)) == 0.0 < float(schedule(4))
+    assert (first_trained_epoch(schedule, 4), first_judged_epoch(schedule, 4)) == (1, 1)
+    per_step = run_schedule("per_step", 0.1, epochs=10, steps_per_epoch=4, warmup_ratio=0.5, min_warmup_epochs=0)
+    assert (first_trained_epoch(per_step, 4), first_judged_epoch(per_step, 4)) == (0, 5)
+    best = BestCheckpoint(tmp_path / "best.keras", first_epoch=1)
+    best.set_model(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
+    best.on_epoch_end(0, {"val_accuracy": 0.3})  # the initial weights, above what training reaches next
+    assert not best.record.exists() and not best.filepath.exists()
+    best.on_epoch_end(1, {"val_accuracy": 0.2})
+    assert json.loads(best.record.read_text()) == {"val_accuracy": 0.2, "epoch": 2} and best.filepath.exists()
+
+
 @pytest.mark.parametrize(
     "epoch, logs, stops",
     [
@@ -668,11 +687,36 @@ def test_a_collapsed_run_stops_after_its_warmup_and_publishes_nothing(tmp_path, 
     assert json.loads((run / "backup" / "latest.json").read_text())["epoch"] == 1
 
 
+def test_a_warmup_shorter_than_the_first_epoch_at_rate_zero_is_judged_from_the_second(tmp_path):
+    # Official schedule, 2 epochs of 4 steps, a warm-up of 2 steps: the first epoch trains at rate 0 and scores what
+    # the initialisation scores, at chance here (11.2% on the 500 images). Judged, it stopped the run as one that
+    # learned nothing; the second epoch, trained, is judged instead, and the run finishes.
+    from keras_attnconv.training.callbacks import at_chance, csv_history
+
+    run = tmp_path / "run"
+    config = load_recipe(
+        "quick",
+        epochs=2,
+        steps_per_epoch=4,
+        schedule="official",
+        warmup_ratio=0.2,
+        min_warmup_epochs=0,
+        jit_compile=False,
+        model_overrides={"num_layers": 1},  # the run is the test's time: one block
+        run_dir=str(run),
+        verbose=0,
+    )
+    metrics = train(config)
+    untrained, trained = csv_history(run / "history.csv")["val_accuracy"]
+    assert at_chance(untrained, 10, 500) is not None and at_chance(trained, 10, 500) is None
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 2 and metrics["preset"]
+
+
 def test_the_recorded_table1_runs_would_never_have_been_stopped():
     # The H200 runs of training/results/table1-h200.json (CIFAR-10, 10,000 test images, 500 steps an epoch): every
     # epoch after the warm-up is judged, and none is at chance or exploded.
     from keras_attnconv.optim import run_schedule
-    from keras_attnconv.training.callbacks import StopWhenNothingLearned, first_epoch_after_warmup
+    from keras_attnconv.training.callbacks import StopWhenNothingLearned, first_judged_epoch
     from keras_attnconv.training.runs import BEFORE_THE_FIELD
 
     results = json.loads((Path(__file__).parents[2] / "training" / "results" / "table1-h200.json").read_text())
@@ -688,7 +732,7 @@ def test_the_recorded_table1_runs_would_never_have_been_stopped():
             settings["min_warmup_epochs"],
         )
         # 10,000: CIFAR-10's test split (the unfinished run records no test_examples).
-        first_epoch = first_epoch_after_warmup(schedule.warmup_steps, 500)
+        first_epoch = first_judged_epoch(schedule, 500)  # as the run judges them
         stop = StopWhenNothingLearned(10, run.get("test_examples", 10_000), first_epoch)
         judged = range(stop.first_epoch, len(history["loss"]))
         # Epochs 7-60 of the 60-epoch recipes, 7-20 of learned_content_fast, 16-34 of the paper's schedule.

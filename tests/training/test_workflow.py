@@ -171,18 +171,22 @@ def test_initial_weights_are_exported_as_such_and_the_chance_flag_is_for_a_run_o
 
 
 def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
-    # The official schedule holds the rate of each epoch's first step: with a warm-up longer than the run, its one
-    # epoch trains at 0, so the stop never judges it and its best model is the initial one, at chance.
-    from keras_attnconv.training.callbacks import NothingLearnedError
+    # The official schedule holds the rate of each epoch's first step: with a warm-up longer than the run, the stop
+    # never judges it. Its first epoch trains at rate 0, so its weights are the initial ones, which with this seed
+    # score above chance (16.8% on the 500 images); the second, at a rate far too high, collapses to chance. That
+    # first epoch is never the best checkpoint: the run's best model is the collapsed one, refused at the export.
+    from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, csv_history
     from keras_attnconv.training.recipe import load_recipe
 
     run, root = tmp_path / "run", tmp_path / "saved"
     config = load_recipe(
         "quick",
-        epochs=1,
+        epochs=2,
         steps_per_epoch=2,
         schedule="official",
-        warmup_ratio=0.9,
+        warmup_ratio=0.9,  # 5 steps of the schedule's 6: the run's 4 steps never leave it
+        learning_rate=30.0,
+        seed=2,
         jit_compile=False,
         model_overrides={"num_layers": 1},  # the run and its export are the test's time: one block is enough
         run_dir=str(run),
@@ -191,10 +195,25 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
     )
     with pytest.raises(NothingLearnedError, match=f"attnconv export {run} --allow-chance"):
         workflow.train_and_export(config)
+    untrained, collapsed = csv_history(run / "history.csv")["val_accuracy"]
+    assert at_chance(untrained, 10, 500) is None and at_chance(collapsed, 10, 500) is not None
+    assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 2
     assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
     assert not root.exists()
     path = workflow.export_source(run, root, allow_chance=True)
     assert metadata_of(path)["at_chance"]["eval_examples"] == 500
+
+
+def test_a_run_of_one_epoch_at_rate_zero_is_refused_before_anything_is_written(tmp_path, capsys):
+    # The official schedule with a warm-up holds the first epoch at rate 0: one epoch would learn nothing.
+    from keras_attnconv.cli import main
+
+    run = tmp_path / "run"
+    command = ["train", "--recipe", "quick", "--schedule", "official", "--epochs", "1", "--run-dir", str(run)]
+    assert main(command) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "trains every step at learning rate 0" in message and "Received: epochs=1, schedule='official'" in message
+    assert not run.exists()
 
 
 KILLED_TRAIN = """
