@@ -57,12 +57,24 @@ def check_positive_int(name, value, allow_none=False):
 
 def check_real(name, value, low=-math.inf, high=math.inf, low_open=False, high_open=False):
     """Raises ValueError naming `name` unless `value` is a finite real number in the given interval."""
-    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
-        raise ValueError(f"`{name}` must be a finite number in {interval}. Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be a finite number{_bounds(low, high, low_open, high_open)}. Received: {name}={value!r}"
+        )
+
+
+def _bounds(low, high, low_open, high_open):
+    """`` in [0.0, 1.0)``, `` > 0.0``, `` <= 1.0`` or nothing: the interval, with no infinite end in it."""
+    if math.isfinite(low) and math.isfinite(high):
+        return f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if math.isfinite(low):
+        return f" {'>' if low_open else '>='} {low}"
+    if math.isfinite(high):
+        return f" {'<' if high_open else '<='} {high}"
+    return ""
 
 
 def check_rate(name, value):
