@@ -175,6 +175,8 @@ def test_an_interrupted_save_leaves_no_preset(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+# A preset is written beside its place and renamed into it: what a kill leaves is the same on every backend.
+@pytest.mark.backend_independent
 def test_a_sigkill_at_any_moment_leaves_a_whole_preset_or_none(tmp_path):
     # A process saves presets p0, p1, ... until it is killed; each one found must load, and the next save
     # removes the killed process's staging directory.
@@ -327,6 +329,7 @@ save_to_preset(build_model("quadratic_tiny", seed=0, **{small!r}, dropout=0.25),
 """
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "kill, dropout", [("die_before(presets, 'exchange')", 0.1), ("die_after(presets, 'exchange')", 0.25)]
 )
