@@ -9,6 +9,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # JAX's partitionable threefry takes ~7 s to compile a dropout mask of a few hundred numbers on the CPU,
 # the classic one 0.5 s; the tests need a seeded stream, not a shardable one.
 os.environ.setdefault("JAX_THREEFRY_PARTITIONABLE", "0")
+# XLA's CPU code without LLVM's optimisations (here and in the tests' subprocesses, which inherit it): the same
+# HLO programs, fused as a user's, compile in ~60% of the time, and compiling is most of what the tests' tiny
+# models cost under XLA (the model contract's XLA fit steps: 88 -> 63 s; each pass of the suite ~15-35% less).
+# The floating point differs where LLVM contracts a product and a sum into one rounding: a test marked
+# `default_xla` checks what depends on that, in a process of its own with XLA as a user has it. A user's own
+# optimisation level is kept.
+# pytest-xdist's workers inherit the flags set here: the user's are kept aside by the first process.
+USERS_XLA_FLAGS = os.environ.setdefault("TESTS_USERS_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+COMPILES_UNOPTIMISED = "--xla_backend_optimization_level" not in USERS_XLA_FLAGS and not os.environ.get(
+    "TESTS_WITH_DEFAULT_XLA"
+)
+if COMPILES_UNOPTIMISED:
+    os.environ["XLA_FLAGS"] = f"{USERS_XLA_FLAGS} --xla_backend_optimization_level=0".strip()
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,6 +42,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("backend_independent"):
             item.add_marker(skip)
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked `default_xla` runs in a pytest process of its own with XLA as a user has it, where this one
+    compiles unoptimised code: its result is that process's."""
+    if not (COMPILES_UNOPTIMISED and pyfuncitem.get_closest_marker("default_xla")):
+        return None
+    environment = {**os.environ, "XLA_FLAGS": USERS_XLA_FLAGS, "TESTS_WITH_DEFAULT_XLA": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", pyfuncitem.nodeid]
+    result = subprocess.run(
+        command, cwd=pyfuncitem.config.rootpath, env=environment, capture_output=True, text=True, timeout=1800
+    )
+    summary = result.stdout.strip().splitlines()[-1:] or [""]
+    if result.returncode != 0 or not summary[0].startswith("1 passed"):
+        pytest.fail(f"with XLA's default code generation: {summary[0]}\n{result.stdout[-6000:]}{result.stderr[-2000:]}")
+    return True
 
 
 @pytest.fixture(autouse=True)

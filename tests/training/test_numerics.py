@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from keras_attnconv import cli
 from keras_attnconv.training import numerics
 
 
+@pytest.mark.default_xla  # its far centers' scores, as test_far_centers_and_huge_alpha's
 def test_quick_numerics_suite_checks_every_precision(tmp_path):
     results = numerics.run_numerics(quick=True, output=str(tmp_path / "numerics.json"), run_dir=str(tmp_path / "runs"))
     precisions = ["float32", "mixed_bfloat16", "mixed_float16"]
