@@ -76,9 +76,9 @@ def center_gradients_float64(layer, x):
     return gradients, scales
 
 
-# Scores of ~-1e10 (alpha 1e4, a center 1e3 away): their maximum's subtraction is exact only where XLA computes them
-# the same way in every kernel, as its optimised code does (unoptimised, a kernel rounded them otherwise: the dominant
-# score came out 496 above its maximum, and exp overflowed).
+# Scores of ~-1e10 (alpha 1e4, a center 1e3 away): XLA may round them otherwise in each kernel (its default code gave
+# +496 for the dominant score minus their maximum), and the softmax stays finite as its default code compiles it;
+# unoptimised, it gave NaN (docs/performance.md).
 @pytest.mark.default_xla
 @pytest.mark.parametrize("alpha", [0.05, 46.0, 1e4])
 def test_far_centers_and_huge_alpha(alpha):
