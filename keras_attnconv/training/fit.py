@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import keras
+import numpy as np
 
 from keras_attnconv.analysis.attention import AttentionCentersHistory, layer_centers
 from keras_attnconv.analysis.throughput import Throughput
@@ -131,14 +132,30 @@ def train(config):
             ) from None
 
 
-def _save_best_as_preset(config, plan, run, model, eval_data):
+def _final_evaluation(model, eval_data, history, epochs):
+    """(loss, accuracy) of the model's final weights on the evaluation data.
+
+    Where this session trained the last epoch, its validation measured these
+    very weights (with weight averaging, the averages, which `fit` leaves in
+    the model) with the same compiled function: its logs are the result, and
+    a second pass over the evaluation data would only repeat it. A session
+    that trained no epoch (a run resumed after its last one) evaluates.
+    """
+    if history.epoch and history.epoch[-1] == epochs - 1:
+        return history.history["val_loss"][-1], history.history["val_accuracy"][-1]
+    return model.evaluate(eval_data, verbose=0)
+
+
+def _save_best_as_preset(config, plan, run, model, eval_data, final_evaluation):
     """Writes the best checkpoint as the run's ``preset/`` with the recipe and the metrics of those exact weights.
 
     A run killed after its preset was published (and before ``metrics.json``)
     keeps that preset: it holds the same best checkpoint. In a run of one
     process the run's `model` evaluates them (and holds them afterwards): its
     evaluation is traced, or compiled, already, where the reloaded model's
-    would be again (seconds on a CPU, more under XLA on a GPU).
+    would be again (seconds on a CPU, more under XLA on a GPU). Where the best
+    weights are the final ones (the best epoch is the last), their metrics are
+    `final_evaluation`'s, the (loss, accuracy) of the model as it is.
     """
     from keras_attnconv.models.presets import save_to_preset
 
@@ -146,8 +163,12 @@ def _save_best_as_preset(config, plan, run, model, eval_data):
         return run.preset_dir
     best = run.load_best_checkpoint()
     if _holds_every_prediction(config, plan):
-        model.set_weights(best.get_weights())
-        loss, accuracy = model.evaluate(eval_data, verbose=0)
+        best_weights = best.get_weights()
+        if _same_arrays(best_weights, model.get_weights()):
+            loss, accuracy = final_evaluation
+        else:
+            model.set_weights(best_weights)
+            loss, accuracy = model.evaluate(eval_data, verbose=0)
     else:  # the run's model is distributed over every process, and this one evaluates alone
         best.compile(loss=run_loss(config), metrics=["accuracy"])
         loss, accuracy = best.evaluate(plan.eval_batches, verbose=0)
@@ -167,6 +188,10 @@ def _save_best_as_preset(config, plan, run, model, eval_data):
         "training_run": run.path_from_preset(),
     }
     return save_to_preset(best, run.preset_dir, metadata=metadata)
+
+
+def _same_arrays(first, second):
+    return len(first) == len(second) and all(np.array_equal(a, b) for a, b in zip(first, second))
 
 
 def run_optimizer(config, schedule):
@@ -198,26 +223,47 @@ def _with_averaged_weights(config, *callbacks):
     return [WithAveragedWeights(*callbacks)] if config.ema_momentum else list(callbacks)
 
 
-def _accuracy_by_test_time_flips(config, plan, model, eval_data):
+def _accuracy_by_test_time_flips(config, plan, model):
     """The final weights without and with test-time flips, image by image (`paired_accuracy_gain`), or None.
 
-    One of the two is the model as built (its config's ``test_time_flips``), the
-    other a copy with the other setting and the same weights: every run
-    measures the choice. None for a run of several processes (TensorFlow's
-    workers, JAX's processes), where no process holds every prediction.
+    Both come from one model without flips: its logits of the evaluation
+    images and of their mirror images, whose mean is what a model with flips
+    computes (`MirrorAverage`). It is the run's model where that has no flips,
+    else a copy without them and with the same weights: one prediction to
+    compile, not one per setting (seconds on a CPU, more under XLA on a GPU).
+    Every run measures the choice. None for a run of several processes
+    (TensorFlow's workers, JAX's processes), where no process holds every
+    prediction.
     """
     from keras_attnconv.analysis.paired_accuracy import paired_accuracy_gain
+    from keras_attnconv.training.input_pipeline import ArrayBatches
 
     if not _holds_every_prediction(config, plan):
         return None
     start = time.perf_counter()
-    with build_scope(plan.strategy):
-        other = model.with_config(test_time_flips=not model.config.test_time_flips)
-        other.compile(jit_compile=model.jit_compile)
-    labels = plan.eval_batches.labels
-    right = {m.config.test_time_flips: m.predict(eval_data, verbose=0).argmax(-1) == labels for m in (model, other)}
-    # Its seconds (two compiled predictions and their passes) are part of the run's wall time: said apart.
-    return {**paired_accuracy_gain(right[False], right[True]), "seconds": time.perf_counter() - start}
+    without_flips = model
+    if model.config.test_time_flips:
+        with build_scope(plan.strategy):
+            without_flips = model.with_config(test_time_flips=False)
+            without_flips.compile(jit_compile=model.jit_compile)
+    batches = plan.eval_batches
+    plain, mirrored = (
+        without_flips.predict(
+            _model_input(plan, ArrayBatches(images, batches.labels, batch_size=batches.batch_size)), verbose=0
+        )
+        for images in (batches.images, batches.images[:, :, ::-1])
+    )
+    right_without = plain.argmax(-1) == batches.labels
+    right_with = ((plain + mirrored) / 2).argmax(-1) == batches.labels
+    # Its seconds (a compiled prediction and two passes) are part of the run's wall time: said apart.
+    return {**paired_accuracy_gain(right_without, right_with), "seconds": time.perf_counter() - start}
+
+
+def _model_input(plan, batches):
+    """`batches` as the run's model takes them: tf.data on TensorFlow, which tf.distribute shards over workers."""
+    from keras_attnconv.training.input_pipeline import as_tf_dataset
+
+    return as_tf_dataset(batches) if uses_tf_data(plan.strategy) else batches
 
 
 def _holds_every_prediction(config, plan):
@@ -234,7 +280,7 @@ def _fit_in_scope(config, plan, run, resume_from):
     from keras_attnconv.models.step_compilation import describe_step_path, resolve_jit_compile_for
     from keras_attnconv.models.summary import trainable_parameters
     from keras_attnconv.models.training_state import build_training_state
-    from keras_attnconv.training.input_pipeline import EpochSync, as_tf_dataset
+    from keras_attnconv.training.input_pipeline import EpochSync
     from keras_attnconv.utils.reports import device_description, package_revision
 
     with build_scope(plan.strategy):
@@ -268,12 +314,10 @@ def _fit_in_scope(config, plan, run, resume_from):
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     package = package_revision()  # the code that trains: a checkout may change before the run ends
     start = time.perf_counter()
-    train_data, eval_data = plan.train_batches, plan.eval_batches
-    if uses_tf_data(plan.strategy):  # TensorFlow: tf.data, which tf.distribute shards over workers
-        train_data, eval_data = as_tf_dataset(train_data), as_tf_dataset(eval_data)
-        if config.strategy == "multi_worker":
-            work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
-    model.fit(
+    train_data, eval_data = _model_input(plan, plan.train_batches), _model_input(plan, plan.eval_batches)
+    if config.strategy == "multi_worker":
+        work_around_keras_multi_worker(model, plan.strategy, plan.eval_batches[0])
+    history = model.fit(
         train_data,
         validation_data=eval_data,
         epochs=config.epochs,
@@ -302,11 +346,11 @@ def _fit_in_scope(config, plan, run, resume_from):
             backup,  # last: an epoch is published as done once every record of it is written
         ],
     )
-    loss, accuracy = model.evaluate(eval_data, verbose=0)
-    by_flips = _accuracy_by_test_time_flips(config, plan, model, eval_data)
+    loss, accuracy = _final_evaluation(model, eval_data, history, config.epochs)
+    by_flips = _accuracy_by_test_time_flips(config, plan, model)
     best_path = run.best_record
     # Last to use the model: a preset's metrics are measured with the best weights loaded into it.
-    preset = _save_best_as_preset(config, plan, run, model, eval_data) if best_path.exists() else None
+    preset = _save_best_as_preset(config, plan, run, model, eval_data, (loss, accuracy)) if best_path.exists() else None
     metrics = {
         "model": config.model,
         "dataset": config.dataset,

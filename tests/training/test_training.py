@@ -91,6 +91,50 @@ def test_the_best_model_is_a_preset_with_its_preprocessing_recipe_and_the_metric
     assert metadata["training_run"] == ".."  # the run, seen from its preset: never a path of this machine
 
 
+@pytest.mark.parametrize(
+    ("overrides", "best_is_last"),
+    [
+        ({"learning_rate": 0.5}, False),  # its second epoch validates worse than its first
+        # The averages: validated, checkpointed, and left in the model by `fit` (the trained weights are not).
+        ({"ema_momentum": 0.5}, True),
+    ],
+    ids=["best epoch first", "best epoch last, averaged weights"],
+)
+def test_the_end_of_a_run_evaluates_only_weights_not_yet_evaluated_and_its_metrics_are_theirs(
+    small_npz, tmp_path, monkeypatch, overrides, best_is_last
+):
+    from keras_attnconv import from_preset
+    from keras_attnconv.models.presets import load_preset_metadata
+    from keras_attnconv.training.data import load_arrays
+    from keras_attnconv.training.input_pipeline import ArrayBatches
+
+    evaluated = []
+    evaluate = keras.Model.evaluate
+
+    def counted(model, *args, **kwargs):
+        if not kwargs.get("_use_cached_eval_dataset"):  # `fit`'s validation passes it; an evaluation after does not
+            evaluated.append(model.name)
+        return evaluate(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "evaluate", counted)
+    metrics = train(small_config(small_npz, tmp_path / "run", **overrides))
+    monkeypatch.undo()
+    run = tmp_path / "run"
+    assert (json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 2) is best_is_last
+    # The final weights are the last epoch's validated ones; the best weights are evaluated when they are others.
+    assert evaluated == ([] if best_is_last else ["quadratic_tiny"])
+    history = metrics["history"]
+    assert (metrics["eval_loss"], metrics["eval_accuracy"]) == (history["val_loss"][-1], history["val_accuracy"][-1])
+    # The preset's metrics are those of its weights, measured again here; the final metrics too where they are its.
+    preset = from_preset(run / "preset")
+    preset.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    loss, accuracy = preset.evaluate(ArrayBatches(*load_arrays(small_npz, "test"), batch_size=20), verbose=0)
+    published = load_preset_metadata(run / "preset")["metrics"]
+    assert (published["eval_loss"], published["eval_accuracy"]) == pytest.approx((loss, accuracy), abs=1e-6)
+    if best_is_last:
+        assert (metrics["eval_loss"], metrics["eval_accuracy"]) == pytest.approx((loss, accuracy), abs=1e-6)
+
+
 def test_the_end_of_run_summary_says_which_weights_were_published_with_their_accuracy(small_npz, tmp_path, capsys):
     from keras_attnconv.cli import main
     from keras_attnconv.models.presets import load_preset_metadata
@@ -742,7 +786,7 @@ def test_the_recorded_table1_runs_would_never_have_been_stopped():
 
 
 def test_a_run_validates_its_model_config_once_per_model_it_builds(small_npz, tmp_path, validation_counts):
-    # The plan validates the config; the run builds its model from that config, its copy with the other
-    # test-time flips setting (`with_config`, which validates that other config), and reloads its best checkpoint.
+    # The plan validates the config; the run builds its model from that config and reloads its best checkpoint.
+    # Its model has no test-time flips, so it measures them itself (a model with flips would build a copy without).
     train(small_config(small_npz, tmp_path / "run", epochs=1))
-    assert validation_counts == {"validations": 3, "builds": 3}
+    assert validation_counts == {"validations": 2, "builds": 2}

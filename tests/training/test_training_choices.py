@@ -128,11 +128,21 @@ def test_the_documented_gains_are_those_of_the_results_file():
 
 
 @pytest.mark.parametrize("flips", [False, True])
-def test_every_run_measures_test_time_flips_and_publishes_the_model_it_was_given(flips, small_npz, tmp_path):
+def test_every_run_measures_test_time_flips_and_publishes_the_model_it_was_given(
+    flips, small_npz, tmp_path, monkeypatch
+):
     # One epoch: the best checkpoint holds the final weights, which the metrics evaluated both ways.
     overrides = {**SMALL_MODEL, "test_time_flips": flips}
     config = small_config(small_npz, tmp_path / "run", epochs=1, steps_per_epoch=3, model_overrides=overrides)
+    predicting = []
+    predict = keras.Model.predict
+    monkeypatch.setattr(
+        keras.Model, "predict", lambda model, *a, **k: predicting.append(model) or predict(model, *a, **k)
+    )
     metrics = train(config)
+    monkeypatch.undo()
+    # Both ways from one compiled prediction of a model without flips: the images', then their mirror images'.
+    assert len(predicting) == 2 and predicting[0] is predicting[1] and not predicting[0].config.test_time_flips
     by_flips = metrics["eval_accuracy_by_test_time_flips"]
     assert metrics["eval_accuracy"] == pytest.approx(by_flips["with" if flips else "without"], abs=1e-6)
     assert by_flips["examples"] == metrics["eval_examples"]
