@@ -223,7 +223,7 @@ def _with_averaged_weights(config, *callbacks):
     return [WithAveragedWeights(*callbacks)] if config.ema_momentum else list(callbacks)
 
 
-def _accuracy_by_test_time_flips(config, plan, model):
+def _accuracy_by_test_time_flips(config, plan, model, eval_data):
     """The final weights without and with test-time flips, image by image (`paired_accuracy_gain`), or None.
 
     Both come from one model without flips: its logits of the evaluation
@@ -247,12 +247,9 @@ def _accuracy_by_test_time_flips(config, plan, model):
             without_flips = model.with_config(test_time_flips=False)
             without_flips.compile(jit_compile=model.jit_compile)
     batches = plan.eval_batches
-    plain, mirrored = (
-        without_flips.predict(
-            _model_input(plan, ArrayBatches(images, batches.labels, batch_size=batches.batch_size)), verbose=0
-        )
-        for images in (batches.images, batches.images[:, :, ::-1])
-    )
+    plain = without_flips.predict(eval_data, verbose=0)
+    mirror_images = ArrayBatches(batches.images[:, :, ::-1], batches.labels, batch_size=batches.batch_size)
+    mirrored = without_flips.predict(_model_input(plan, mirror_images), verbose=0)
     right_without = plain.argmax(-1) == batches.labels
     right_with = ((plain + mirrored) / 2).argmax(-1) == batches.labels
     # Its seconds (a compiled prediction and two passes) are part of the run's wall time: said apart.
@@ -347,7 +344,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         ],
     )
     loss, accuracy = _final_evaluation(model, eval_data, history, config.epochs)
-    by_flips = _accuracy_by_test_time_flips(config, plan, model)
+    by_flips = _accuracy_by_test_time_flips(config, plan, model, eval_data)
     best_path = run.best_record
     # Last to use the model: a preset's metrics are measured with the best weights loaded into it.
     preset = _save_best_as_preset(config, plan, run, model, eval_data, (loss, accuracy)) if best_path.exists() else None
