@@ -14,7 +14,11 @@ input itself (`keras_attnconv.layers.PixelNormalization`).
 The augmentation is the paper's (and `keras_attnconv.training.data.load_dataset`'s):
 zero padding by 4 pixels, a random crop back to the image size (each of the
 9 x 9 offsets equally likely) and a horizontal flip with probability 1/2.
+A run may add cutout (`cut_out_squares`, the recipe field ``cutout``), drawn
+after the rest, so that the batches without it stay what they were.
 """
+
+import numbers
 
 import keras
 import numpy as np
@@ -31,6 +35,10 @@ class ArrayBatches(keras.utils.PyDataset):
         labels: int array (N,).
         batch_size: int, images per batch.
         augment: bool, pad + random crop + random flip.
+        cutout: int, with `augment`: the side of the square that cutout
+            (`cut_out_squares`) sets to `cutout_fill` in each image; 0: none.
+            Smaller than the images' sides.
+        cutout_fill: the pixel (one uint8 value per channel) cutout writes.
         shuffle: bool, a new order of the images in each pass.
         seed: int or None (None: drawn once, so the run is consistent but not reproducible).
         drop_remainder: bool, drop the last incomplete batch of a pass
@@ -58,6 +66,8 @@ class ArrayBatches(keras.utils.PyDataset):
         drop_remainder=False,
         steps_per_epoch=None,
         shard=(0, 1),
+        cutout=0,
+        cutout_fill=(0, 0, 0),
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,6 +101,7 @@ class ArrayBatches(keras.utils.PyDataset):
                 f"The data holds {len(self.images)} images, fewer than one batch. Received: batch_size={batch_size}"
             )
         self.augment, self.shuffle = augment, shuffle
+        self.cutout, self.cutout_fill = _checked_cutout(cutout, augment, images.shape[1:3]), np.uint8(cutout_fill)
         self.seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else int(seed)
         self.steps_per_epoch = steps_per_epoch
         self.epoch = 0
@@ -116,7 +127,9 @@ class ArrayBatches(keras.utils.PyDataset):
         rows = self._order(data_pass)[batch * self.batch_size : (batch + 1) * self.batch_size]
         images = self.images[rows]
         if self.augment:
-            images = augment_batch(images, np.random.default_rng([self.seed, data_pass, batch]))
+            images = augment_batch(
+                images, np.random.default_rng([self.seed, data_pass, batch]), self.cutout, self.cutout_fill
+            )
         index, count = self.shard
         if count == 1:
             return images, self.labels[rows]
@@ -125,8 +138,21 @@ class ArrayBatches(keras.utils.PyDataset):
         return images[part], self.labels[rows][part]
 
 
-def augment_batch(images, rng):
-    """Zero-pads uint8 images (N, H, W, C) by `PAD`, crops each back at a random offset, flips half of them."""
+def _checked_cutout(cutout, augment, image_size):
+    """`cutout` if it is 0, or a square's side smaller than the images' (`image_size`) on augmented batches."""
+    if isinstance(cutout, bool) or not isinstance(cutout, numbers.Integral) or not 0 <= cutout < min(image_size):
+        raise ValueError(
+            f"`cutout` must be 0 (none) or the side of the square cut out of each image, a positive integer "
+            f"smaller than the images' {image_size[0]}x{image_size[1]}. Received: cutout={cutout!r}"
+        )
+    if cutout and not augment:
+        raise ValueError(f"`cutout` is an augmentation: it needs augment=True. Received: cutout={cutout!r}")
+    return int(cutout)
+
+
+def augment_batch(images, rng, cutout=0, cutout_fill=0):
+    """Zero-pads uint8 images (N, H, W, C) by `PAD`, crops each back at a random offset, flips half of them;
+    with `cutout`, then cuts a square of that side out of each (`cut_out_squares`)."""
     count, height, width = images.shape[:3]
     padded = np.pad(images, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
     top = rng.integers(0, 2 * PAD + 1, count)
@@ -134,7 +160,28 @@ def augment_batch(images, rng):
     flip = rng.random(count) < 0.5
     columns = np.where(flip[:, None], np.arange(width)[::-1], np.arange(width)) + left[:, None]
     rows = top[:, None] + np.arange(height)
-    return padded[np.arange(count)[:, None, None], rows[:, :, None], columns[:, None, :]]
+    augmented = padded[np.arange(count)[:, None, None], rows[:, :, None], columns[:, None, :]]
+    return cut_out_squares(augmented, cutout, cutout_fill, rng) if cutout else augmented
+
+
+def cut_out_squares(images, size, fill, rng):
+    """Cutout (DeVries and Taylor, 2017): sets a `size` x `size` square of each image (N, H, W, C) to `fill`.
+
+    Each square is centred on a pixel drawn uniformly from the image, so a
+    square near a border is cut by it and every pixel is as likely to be
+    covered as in the paper's code. There the square is written after the
+    normalisation, as zeros; here the batches hold raw pixels, so `fill` is
+    the pixel the model normalises to about zero (its mean pixel, rounded).
+    Writes into `images` and returns them.
+    """
+    count, height, width = images.shape[:3]
+    top = rng.integers(0, height, count) - size // 2
+    left = rng.integers(0, width, count) - size // 2
+    rows, columns = np.arange(height), np.arange(width)
+    in_rows = (rows >= top[:, None]) & (rows < top[:, None] + size)
+    in_columns = (columns >= left[:, None]) & (columns < left[:, None] + size)
+    images[in_rows[:, :, None] & in_columns[:, None, :]] = fill
+    return images
 
 
 def as_tf_dataset(batches):

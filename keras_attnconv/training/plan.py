@@ -74,6 +74,8 @@ def plan_run(config):
         steps_per_epoch=config.steps_per_epoch,
         batch_size=config.batch_size,
         shard=shard,
+        cutout=config.cutout,
+        cutout_fill=mean_pixel(model_config.pixel_mean),
     )
     eval_batches = ArrayBatches(*eval_arrays, batch_size=config.batch_size, shard=shard)
     steps_per_epoch = len(train_batches)
@@ -88,6 +90,11 @@ def plan_run(config):
     return RunPlan(
         info, model_config, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas
     )
+
+
+def mean_pixel(pixel_mean):
+    """The uint8 pixel a model normalises to about zero: its mean (per channel, of pixels / 255), rounded."""
+    return tuple(round(255 * channel) for channel in pixel_mean)
 
 
 def check_last_batch(config, images, split, replicas):

@@ -6,6 +6,7 @@ before any data, model or device is touched and before anything is written.
 """
 
 import dataclasses
+import numbers
 import os
 from pathlib import Path
 
@@ -56,14 +57,17 @@ class TrainConfig:
     recipe shortened with ``--epochs`` keeps a warm-up the paper's models
     survive (`keras_attnconv.optim.run_schedule`).
 
-    Two training choices go beyond the paper, both off by default and in
+    Three training choices go beyond the paper, all off by default and in
     the paper's recipes: ``label_smoothing`` (the loss'
     targets, `keras_attnconv.optim.LabelSmoothingCrossentropy`; 0: the
-    paper's cross-entropy) and ``ema_momentum`` (0: off; e.g. 0.999: the
+    paper's cross-entropy), ``ema_momentum`` (0: off; e.g. 0.999: the
     weights validated each epoch, kept as the best checkpoint, evaluated at
     the end and exported are an exponential moving average of the trained
-    ones, Keras' ``use_ema``; training itself follows the raw weights). A
-    third is the model's: ``model_overrides = {test_time_flips = true}``
+    ones, Keras' ``use_ema``; training itself follows the raw weights) and
+    ``cutout`` (0: off; e.g. 16: after the paper's crop and flip, a 16x16
+    square of each training image is set to the mean pixel,
+    `input_pipeline.cut_out_squares`). A fourth is the model's:
+    ``model_overrides = {test_time_flips = true}``
     (`keras_attnconv.models.ClassifierConfig`), which every run measures both
     ways (``eval_accuracy_by_test_time_flips`` in ``metrics.json``).
     """
@@ -82,6 +86,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     label_smoothing: float = 0.0
     ema_momentum: float = 0.0
+    cutout: int = 0
     warmup_ratio: float = 0.05
     min_warmup_epochs: float = 6.0
     schedule: str = "per_step"
@@ -120,6 +125,7 @@ class TrainConfig:
         check_real("weight_decay", self.weight_decay, low=0.0)
         check_real("label_smoothing", self.label_smoothing, 0.0, 1.0, high_open=True)
         check_real("ema_momentum", self.ema_momentum, 0.0, 1.0, high_open=True)
+        _check_cutout(self.cutout)
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
         check_real("min_warmup_epochs", self.min_warmup_epochs, low=0.0)
         check_bool("download", self.download)
@@ -146,6 +152,15 @@ class TrainConfig:
 
 #: The fields whose value can be omitted (None; "none" in a recipe or on the command line).
 OPTIONAL_FIELDS = ("data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
+
+
+def _check_cutout(cutout):
+    # Its upper bound, the images' side, is checked with the data (`input_pipeline.ArrayBatches`).
+    if isinstance(cutout, bool) or not isinstance(cutout, numbers.Integral) or cutout < 0:
+        raise ValueError(
+            "`cutout` must be 0 (none) or the side in pixels of the square cut out of each training image, "
+            f"a positive integer. Received: cutout={cutout!r}"
+        )
 
 
 def _check_text(name, value):

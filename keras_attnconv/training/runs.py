@@ -7,7 +7,7 @@ from keras_attnconv.training.run_directory import RunDirectory
 
 #: Fields added to `TrainConfig` after runs were recorded without them, at the value that does what the package did
 #: before (min_warmup_epochs: no minimum; its default, 6, would resume such a run with a longer warm-up).
-BEFORE_THE_FIELD = {"min_warmup_epochs": 0.0, "label_smoothing": 0.0, "ema_momentum": 0.0}
+BEFORE_THE_FIELD = {"min_warmup_epochs": 0.0, "label_smoothing": 0.0, "ema_momentum": 0.0, "cutout": 0}
 
 
 def resolve_run_dir(config):

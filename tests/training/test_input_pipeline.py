@@ -1,5 +1,7 @@
-"""Specifications of the NumPy training batches: the paper's augmentation, and every batch a function of
-(seed, epoch, index), which is what makes a resumed run reproduce an uninterrupted one."""
+"""Specifications of the NumPy training batches: the paper's augmentation and cutout, and every batch a function
+of (seed, epoch, index), which is what makes a resumed run reproduce an uninterrupted one."""
+
+import re
 
 import numpy as np
 import pytest
@@ -82,6 +84,44 @@ def assert_uniform_offsets_and_flips(found):
 def test_augmentation_is_a_uniform_crop_of_the_zero_padded_image_maybe_flipped():
     augmented = augment_batch(np.repeat(IMAGE, 4000, axis=0), np.random.default_rng(1))
     assert_uniform_offsets_and_flips(crops_and_flips(augmented))
+
+
+def test_cutout_sets_a_square_centred_on_a_uniform_pixel_and_leaves_the_rest_as_without_it():
+    images, size, fill = np.repeat(IMAGE, 4000, axis=0), 3, (200, 201, 202)  # no pixel of IMAGE (1-36) or padding
+    plain = augment_batch(images, np.random.default_rng(1))
+    cut = augment_batch(images, np.random.default_rng(1), cutout=size, cutout_fill=np.uint8(fill))
+    covered = (cut == fill).all(axis=-1)
+    # Drawn after the crops and flips: outside its square each image is the one made without cutout.
+    np.testing.assert_array_equal(cut[~covered], plain[~covered])
+    # One square a image, cut by the image's border: its rows and columns are runs of at most `size`.
+    rows, columns = covered.any(axis=2), covered.any(axis=1)
+    np.testing.assert_array_equal(covered.sum(axis=(1, 2)), rows.sum(axis=1) * columns.sum(axis=1))
+    for lines in (rows, columns):
+        assert ((1 <= lines.sum(axis=1)) & (lines.sum(axis=1) <= size)).all()
+        first, last = lines.argmax(axis=1), lines.shape[1] - 1 - lines[:, ::-1].argmax(axis=1)
+        np.testing.assert_array_equal(last - first + 1, lines.sum(axis=1))  # contiguous
+    # Centred on a pixel drawn uniformly: each pixel is covered with the probability that a uniform center lies
+    # within size // 2 of it, on either axis (4.5 standard errors of slack).
+    offsets = np.arange(6)[:, None] - np.arange(6)[None, :]  # pixel minus center, on one axis
+    on_axis = ((offsets >= -(size // 2)) & (offsets < size - size // 2)).mean(axis=1)
+    expected = on_axis[:, None] * on_axis[None, :]
+    tolerance = 4.5 * np.sqrt(expected * (1 - expected) / len(images))
+    assert (np.abs(covered.mean(axis=0) - expected) <= tolerance).all(), covered.mean(axis=0) - expected
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"cutout": 32}, "smaller than the images' 32x32. Received: cutout=32"),
+        ({"cutout": -1}, "Received: cutout=-1"),
+        ({"cutout": 2.5}, "Received: cutout=2.5"),
+        ({"cutout": True}, "Received: cutout=True"),
+        ({"cutout": 8, "augment": False}, "needs augment=True. Received: cutout=8"),
+    ],
+)
+def test_bad_cutouts_are_named(sample, overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        batches(*sample, **overrides)
 
 
 def test_the_tf_data_pipeline_draws_from_the_same_distribution(tmp_path):

@@ -452,13 +452,14 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_state(small_npz
     assert not (run / "metrics.json").exists()
 
 
-# The training choices beyond the paper too: the weight averages are optimizer variables, which the backup keeps.
+# The training choices beyond the paper too: the weight averages are optimizer variables, which the backup keeps;
+# cutout's squares are drawn from (seed, epoch, batch) as the rest of the augmentation.
 # Each on one of TensorFlow's two paths: XLA (a GPU's) and the graph (where the CPU rule finds it faster); XLA's
 # three compiles are most of a minute on two CPU cores, the graph's a few seconds.
 @pytest.mark.parametrize(
     "choices",
-    [{"jit_compile": True}, {"jit_compile": False, "label_smoothing": 0.2, "ema_momentum": 0.5}],
-    ids=["paper, XLA", "label smoothing and averaging, graph"],
+    [{"jit_compile": True}, {"jit_compile": False, "label_smoothing": 0.2, "ema_momentum": 0.5, "cutout": 3}],
+    ids=["paper, XLA", "label smoothing, averaging and cutout, graph"],
 )
 def test_a_resumed_run_has_the_per_epoch_results_of_an_uninterrupted_one(small_npz, tmp_path, monkeypatch, choices):
     # Data order, augmentation and dropout (0.1 in the tiny model) all depend on the seed and the epoch.

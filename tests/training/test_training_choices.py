@@ -1,5 +1,5 @@
-"""Specifications of the training choices beyond the paper: label smoothing, weight averaging (`ema_momentum`) and
-test-time flips (the model's `test_time_flips`, which every run measures both ways)."""
+"""Specifications of the training choices beyond the paper: label smoothing, weight averaging (`ema_momentum`),
+cutout and test-time flips (the model's `test_time_flips`, which every run measures both ways)."""
 
 import json
 
@@ -79,13 +79,23 @@ def test_a_label_smoothed_checkpoint_reloads_with_its_loss(small_npz, tmp_path):
     assert reloaded.loss.label_smoothing == 0.1
 
 
-def test_the_paper_recipes_keep_the_papers_loss_and_weights():
+def test_the_paper_recipes_keep_the_papers_loss_weights_and_augmentation():
     config = load_recipe("quadratic")
-    assert (config.label_smoothing, config.ema_momentum) == (0.0, 0.0)
+    assert (config.label_smoothing, config.ema_momentum, config.cutout) == (0.0, 0.0, 0)
     assert isinstance(run_loss(config), keras.losses.SparseCategoricalCrossentropy)
 
 
-@pytest.mark.parametrize("field, value", [("label_smoothing", 1.0), ("label_smoothing", -0.1), ("ema_momentum", 1.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("label_smoothing", 1.0),
+        ("label_smoothing", -0.1),
+        ("ema_momentum", 1.0),
+        ("cutout", -1),
+        ("cutout", 2.5),
+        ("cutout", True),
+    ],
+)
 def test_bad_choices_are_named(field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r}"):
         TrainConfig(**{field: value})
@@ -93,13 +103,31 @@ def test_bad_choices_are_named(field, value):
 
 def test_a_run_recorded_before_the_choices_existed_is_the_same_run_with_them_off():
     resolved = {**vars(TrainConfig(min_warmup_epochs=0)), "run_dir": "runs/run"}
-    recorded_before = {k: v for k, v in resolved.items() if k not in ("label_smoothing", "ema_momentum")}
+    recorded_before = {k: v for k, v in resolved.items() if k not in ("label_smoothing", "ema_momentum", "cutout")}
     assert same_run(recorded_before, resolved) == []
     assert same_run(recorded_before, {**resolved, "label_smoothing": 0.1}) == ["label_smoothing"]
+    assert same_run(recorded_before, {**resolved, "cutout": 16}) == ["cutout"]
     # A run recorded before the minimum warm-up existed had none: today's default (6 epochs) is another schedule.
     recorded_earlier = {k: v for k, v in recorded_before.items() if k != "min_warmup_epochs"}
     assert same_run(recorded_earlier, resolved) == []
     assert same_run(recorded_earlier, {**resolved, "min_warmup_epochs": 6.0}) == ["min_warmup_epochs"]
+
+
+def test_a_run_with_cutout_cuts_its_training_batches_with_the_mean_pixel_and_evaluates_whole_images(
+    small_npz, tmp_path
+):
+    plan = plan_run(small_config(small_npz, tmp_path / "run", cutout=3))
+    # The square is the pixel the model normalises to about zero, as cutout's zeros after normalisation.
+    mean = np.asarray(plan.model_config.pixel_mean)
+    np.testing.assert_array_equal(plan.train_batches.cutout_fill, np.round(255 * mean).astype("uint8"))
+    assert plan.train_batches.cutout == 3 and plan.eval_batches.cutout == 0
+    images = plan.train_batches[0][0]
+    assert (images == plan.train_batches.cutout_fill).all(axis=-1).sum(axis=(1, 2)).min() >= 1
+    # Its bound is the images' side, checked before a run writes anything.
+    side = images.shape[1]
+    with pytest.raises(ValueError, match=f"smaller than the images' {side}x{side}. Received: cutout={side}"):
+        plan_run(small_config(small_npz, tmp_path / "too large", cutout=side))
+    assert not (tmp_path / "too large").exists()
 
 
 def test_the_documented_gains_are_those_of_the_results_file():
