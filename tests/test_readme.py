@@ -221,6 +221,27 @@ def test_the_front_page_gives_the_set_up_and_test_commands_verbatim():
     assert TEST_COMMAND in lines
 
 
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("failing_pass", ["TensorFlow", "JAX"])
+def test_ci_runs_the_test_command_verbatim_and_fails_when_either_pass_fails(tmp_path, failing_pass):
+    # `set -e` does not stop at a failure before the last command of an `&&` list: CI once passed with a failed
+    # TensorFlow pass (and no JAX pass). Its test line runs here with a `python` that fails on one pass.
+    import os
+    import subprocess
+
+    line = next(line for line in (ROOT / ".ci/run").read_text().splitlines() if line.startswith(TEST_COMMAND))
+    on_jax = "exit 1" if failing_pass == "JAX" else "exit 0"
+    on_tensorflow = "exit 1" if failing_pass == "TensorFlow" else "exit 0"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\nif [ "$KERAS_BACKEND" = jax ]; then {on_jax}; fi\n{on_tensorflow}\n')
+    fake.chmod(0o755)
+    environment = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    environment.pop("KERAS_BACKEND", None)
+    script = f"set -euo pipefail\n{line}\necho carried on"
+    result = subprocess.run(["bash", "-c", script], env=environment, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "carried on" not in result.stdout, (line, result.stdout, result.stderr)
+
+
 def test_every_recipe_the_documentation_names_is_a_recipe_of_the_package():
     from keras_attnconv.training.recipe import is_recipe_name, recipe_names
 

@@ -167,7 +167,7 @@ def augment_batch(images, rng, cutout=0, cutout_fill=0):
 def cut_out_squares(images, size, fill, rng):
     """Cutout (DeVries and Taylor, 2017): sets a `size` x `size` square of each image (N, H, W, C) to `fill`.
 
-    Each square is centred on a pixel drawn uniformly from the image, so a
+    Each square is centered on a pixel drawn uniformly from the image, so a
     square near a border is cut by it and every pixel is as likely to be
     covered as in the paper's code. There the square is written after the
     normalisation, as zeros; here the batches hold raw pixels, so `fill` is

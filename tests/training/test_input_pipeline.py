@@ -86,7 +86,7 @@ def test_augmentation_is_a_uniform_crop_of_the_zero_padded_image_maybe_flipped()
     assert_uniform_offsets_and_flips(crops_and_flips(augmented))
 
 
-def test_cutout_sets_a_square_centred_on_a_uniform_pixel_and_leaves_the_rest_as_without_it():
+def test_cutout_sets_a_square_centered_on_a_uniform_pixel_and_leaves_the_rest_as_without_it():
     images, size, fill = np.repeat(IMAGE, 4000, axis=0), 3, (200, 201, 202)  # no pixel of IMAGE (1-36) or padding
     plain = augment_batch(images, np.random.default_rng(1))
     cut = augment_batch(images, np.random.default_rng(1), cutout=size, cutout_fill=np.uint8(fill))
@@ -100,7 +100,7 @@ def test_cutout_sets_a_square_centred_on_a_uniform_pixel_and_leaves_the_rest_as_
         assert ((1 <= lines.sum(axis=1)) & (lines.sum(axis=1) <= size)).all()
         first, last = lines.argmax(axis=1), lines.shape[1] - 1 - lines[:, ::-1].argmax(axis=1)
         np.testing.assert_array_equal(last - first + 1, lines.sum(axis=1))  # contiguous
-    # Centred on a pixel drawn uniformly: each pixel is covered with the probability that a uniform center lies
+    # Centered on a pixel drawn uniformly: each pixel is covered with the probability that a uniform center lies
     # within size // 2 of it, on either axis (4.5 standard errors of slack).
     offsets = np.arange(6)[:, None] - np.arange(6)[None, :]  # pixel minus center, on one axis
     on_axis = ((offsets >= -(size // 2)) & (offsets < size - size // 2)).mean(axis=1)
