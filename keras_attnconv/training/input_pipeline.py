@@ -18,12 +18,11 @@ A run may add cutout (`cut_out_squares`, the recipe field ``cutout``), drawn
 after the rest, so that the batches without it stay what they were.
 """
 
-import numbers
-
 import keras
 import numpy as np
 
 from keras_attnconv.training.data import PAD
+from keras_attnconv.training.recipe import check_cutout
 from keras_attnconv.utils.checks import check_positive_int
 
 
@@ -140,11 +139,7 @@ class ArrayBatches(keras.utils.PyDataset):
 
 def _checked_cutout(cutout, augment, image_size):
     """`cutout` if it is 0, or a square's side smaller than the images' (`image_size`) on augmented batches."""
-    if isinstance(cutout, bool) or not isinstance(cutout, numbers.Integral) or not 0 <= cutout < min(image_size):
-        raise ValueError(
-            f"`cutout` must be 0 (none) or the side of the square cut out of each image, a positive integer "
-            f"smaller than the images' {image_size[0]}x{image_size[1]}. Received: cutout={cutout!r}"
-        )
+    check_cutout(cutout, image_size)
     if cutout and not augment:
         raise ValueError(f"`cutout` is an augmentation: it needs augment=True. Received: cutout={cutout!r}")
     return int(cutout)

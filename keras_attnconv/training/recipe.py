@@ -125,7 +125,7 @@ class TrainConfig:
         check_real("weight_decay", self.weight_decay, low=0.0)
         check_real("label_smoothing", self.label_smoothing, 0.0, 1.0, high_open=True)
         check_real("ema_momentum", self.ema_momentum, 0.0, 1.0, high_open=True)
-        _check_cutout(self.cutout)
+        check_cutout(self.cutout)
         check_real("warmup_ratio", self.warmup_ratio, 0.0, 1.0, high_open=True)
         check_real("min_warmup_epochs", self.min_warmup_epochs, low=0.0)
         check_bool("download", self.download)
@@ -154,12 +154,16 @@ class TrainConfig:
 OPTIONAL_FIELDS = ("data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
 
 
-def _check_cutout(cutout):
-    # Its upper bound, the images' side, is checked with the data (`input_pipeline.ArrayBatches`).
-    if isinstance(cutout, bool) or not isinstance(cutout, numbers.Integral) or cutout < 0:
+def check_cutout(cutout, image_size=None):
+    """Raises ValueError naming `cutout` unless it is 0 (none) or a square's side, smaller than the images'
+    (height, width) `image_size` where known: a recipe is checked without it, its batches with it
+    (`input_pipeline.ArrayBatches`)."""
+    bound = min(image_size) if image_size else float("inf")
+    if isinstance(cutout, bool) or not isinstance(cutout, numbers.Integral) or not 0 <= cutout < bound:
+        smaller = f" smaller than the images' {image_size[0]}x{image_size[1]}" if image_size else ""
         raise ValueError(
             "`cutout` must be 0 (none) or the side in pixels of the square cut out of each training image, "
-            f"a positive integer. Received: cutout={cutout!r}"
+            f"a positive integer{smaller}. Received: cutout={cutout!r}"
         )
 
 
