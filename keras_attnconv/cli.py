@@ -419,6 +419,31 @@ def _table1(args):
     return 0
 
 
+def _choices(args):
+    import json
+    from pathlib import Path
+
+    from keras_attnconv.training.choice_gains import choice_gains_markdown, choice_gains_report
+    from keras_attnconv.utils.files import check_writable
+    from keras_attnconv.utils.reports import report_paths, write_report
+
+    for path in report_paths(args.output):
+        check_writable(path, "output", file=True)
+    earlier = json.loads(Path(report_paths(args.output)[0]).read_text()) if args.update else None
+    report = choice_gains_report(
+        args.runs,
+        base=args.base,
+        data_name=args.data_name,
+        data_file=args.data_file,
+        command=args.command_line,
+        earlier=earlier,
+    )
+    markdown = choice_gains_markdown(report)
+    write_report(args.output, report, markdown)
+    print(markdown)
+    return 0
+
+
 def build_parser():
     # No abbreviations: --epoch must not be taken for --epochs, nor a later option's prefix for an earlier one.
     parser = argparse.ArgumentParser(
@@ -634,6 +659,23 @@ def build_parser():
         help="the runs trained at the same time on one device: the tables say so beside their minutes",
     )
     tabulating.set_defaults(handler=_table1)
+
+    gaining = add("choices", help="training choices' gains: runs that changed settings of a base run, beside it")
+    gaining.add_argument("runs", nargs="+", help="finished training run directories, each with settings changed")
+    gaining.add_argument(
+        "--base",
+        required=True,
+        help="the base run: a run directory, or a Table 1 results file (its finished run of the runs' model)",
+    )
+    gaining.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
+    gaining.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
+    gaining.add_argument("--output", default="choices.json", help="JSON output (a .md table is written beside)")
+    gaining.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the runs of the output's earlier results unless these runs make the same changes",
+    )
+    gaining.set_defaults(handler=_choices)
 
     comparing = add("compare", help="train several models with one recipe and tabulate accuracy")
     comparing.add_argument("--recipe", default="quick", help="a recipe's name or a TOML file (default: quick)")
