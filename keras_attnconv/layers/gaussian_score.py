@@ -5,7 +5,13 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import centered_shifts, combine_axis_scores, pixel_shifts, shift_grid
+from keras_attnconv.layers.shift_geometry import (
+    centered_shifts,
+    combine_axis_scores,
+    pixel_shifts,
+    shift_grid,
+    squares_from_nearest,
+)
 from keras_attnconv.utils.checks import check_real
 
 
@@ -163,6 +169,7 @@ class DiagonalGaussianScore(_GaussianScoreBase):
     """
 
     separable = True
+    peaks_in_closed_form = True
     center_and_spread_weights = ("centers", "inverse_sqrt_variances")
 
     def _add_inverse_sqrt(self, noise):
@@ -179,9 +186,16 @@ class DiagonalGaussianScore(_GaussianScoreBase):
         return self._inverse_variances()[:, :, None] * ops.eye(2, dtype="float32")[None]
 
     def axis_scores(self, height, width):
+        return self._weighted_squares(height, width, ops.square)
+
+    def peaked_axis_scores(self, height, width):
+        return self._weighted_squares(height, width, squares_from_nearest)
+
+    def _weighted_squares(self, height, width, square):
+        """``-s_hd^2 / 2 square(shift - Delta_hd)`` per axis, of `square` (``ops.square`` or `squares_from_nearest`)."""
         inverse_variances = self._inverse_variances()
         row, col = centered_shifts(self.centers, height, width)
         return (
-            -0.5 * inverse_variances[:, 0, None, None] * ops.square(row),
-            -0.5 * inverse_variances[:, 1, None, None] * ops.square(col),
+            -0.5 * inverse_variances[:, 0, None, None] * square(row),
+            -0.5 * inverse_variances[:, 1, None, None] * square(col),
         )

@@ -54,6 +54,8 @@ class PositionScore(keras.layers.Layer):
     encoding_dim = None
     #: whether scores are a row term plus a column term (see `axis_scores`).
     separable = False
+    #: whether `peaked_axis_scores` put each query's maximum at an exact 0 (a closed form of where it is).
+    peaks_in_closed_form = False
     #: names of the weights that place and shape the heads (no weight decay in the official recipe).
     center_and_spread_weights = ()
 
@@ -113,6 +115,26 @@ class PositionScore(keras.layers.Layer):
         and a column pass.
         """
         raise NotImplementedError(f"{self.__class__.__name__} scores are not separable by axis.")
+
+    def peaked_axis_scores(self, height, width):
+        """`axis_scores` less each query's maximum over its keys, which is then an exact 0, where it has a closed form.
+
+        The separable attention's softmaxes take these: their dominant score is 0 however XLA
+        rounds the others in each kernel it recomputes them in. For a far center and a huge
+        alpha, scores of ~-1e10 rounded otherwise in two kernels left the dominant one above
+        their maximum and gave NaN (JAX, XLA's CPU code unoptimised). Without a closed form:
+        `axis_scores`, whose maximum `position_softmax` subtracts as before.
+        """
+        return self.axis_scores(height, width)
+
+    def peaked_position_scores(self, height, width):
+        """`position_scores` less each query's maximum over its keys: `peaked_axis_scores` combined, where they peak.
+
+        A constant per query, which softmax ignores, with or without content terms beside it.
+        """
+        if not self.peaks_in_closed_form:
+            return self.position_scores(height, width)
+        return combine_axis_scores(*self.peaked_axis_scores(height, width))
 
     def relative_encoding(self, height, width):
         """``r_delta`` for all pixel pairs: (H*W, H*W, encoding_dim), float32."""

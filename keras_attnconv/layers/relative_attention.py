@@ -406,7 +406,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_global(self, tokens, height, width, neighbourhood, training):
         window_mask = None if neighbourhood is None else neighbourhood.window_mask()
-        position_bias = self.position_score.position_scores(height, width) if self.use_position_bias else None
+        position_bias = self.position_score.peaked_position_scores(height, width) if self.use_position_bias else None
         span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
         weights = self._score_weights()
         if (
@@ -498,7 +498,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_separable(self, inputs, neighbourhood, training):
         height, width = inputs.shape[1], inputs.shape[2]
-        row_scores, column_scores = self.position_score.axis_scores(height, width)
+        row_scores, column_scores = self.position_score.peaked_axis_scores(height, width)
         if self.attention_span is not None:
             row_span, column_span = self.attention_span.axis_log_modulation(height, width)
             row_scores, column_scores = row_scores + row_span, column_scores + column_span

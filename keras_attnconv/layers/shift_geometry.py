@@ -34,6 +34,26 @@ def centered_shifts(centers, height, width):
     return (axis_shifts(height)[None] - centers[:, 0, None, None], axis_shifts(width)[None] - centers[:, 1, None, None])
 
 
+def squares_from_nearest(shifts):
+    """``shifts**2`` less each row's least square, an exact 0 at the row's shift nearest 0 however it is rounded.
+
+    ``shifts[..., k] = k - c``, the keys ``k = 0, 1, ...`` of one axis less a center ``c`` per row
+    (`centered_shifts`). Written as ``(s - s*) (s + s*)``, ``s*`` the row's entry at the key nearest
+    ``c``: the first factor is an exact 0 at that key (and so is its derivative), and so is the
+    second at a key as near on the other side (a center between two pixels). ``s**2 - s***2``
+    would be, for far centers, the difference of two numbers of ~1e6 that XLA may round
+    otherwise in each kernel it recomputes them in.
+    """
+    length = shifts.shape[-1]
+    # The key nearest c, from the row's first entry (-c) rounded onto the axis: no argmin, whose TensorFlow kernel's
+    # sign test of -0.0 uses a bitwise AND that LiteRT's builtin ops lack. Its entry is taken by a one-hot sum, whose
+    # other terms are exact zeros, rather than a gather.
+    nearest_key = ops.clip(ops.round(-shifts[..., :1]), 0, length - 1)
+    picked = ops.arange(length, dtype=shifts.dtype) == nearest_key
+    nearest = ops.sum(ops.where(picked, shifts, 0.0), axis=-1, keepdims=True)
+    return (shifts - nearest) * (shifts + nearest)
+
+
 def combine_axis_scores(row_scores, column_scores):
     """Sums per-axis scores into scores over pixel pairs.
 

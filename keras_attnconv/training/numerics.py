@@ -195,7 +195,8 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
     results = {
         "command": command,
         "device": device_description(),
-        "settings": json_settings(settings),
+        # A non-finite setting (alpha = inf) by its name too: JSON has none, and the figures must be written.
+        "settings": json_settings({k: _measured(v) if isinstance(v, float) else v for k, v in settings.items()}),
         "large_grids": large_grids(**settings),
         "far_centers": far_centers(**settings),
         "training": training_agreement(**settings, run_dir=run_dir),
@@ -224,7 +225,7 @@ def numerics_markdown(results):
     ]
     lines += [
         "",
-        f"Far centers (up to 2,000 pixels away), alpha = {settings['alpha']:g}, one training step:",
+        f"Far centers (up to 2,000 pixels away), alpha = {_shown(settings['alpha'], 'g')}, one training step:",
         "",
         "| precision | path | loss | finite |",
         "|---|---|---|---|",

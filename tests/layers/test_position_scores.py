@@ -102,6 +102,48 @@ def test_huge_alpha_and_far_centers_stay_finite(policy):
     np.testing.assert_allclose(ops.convert_to_numpy(probs).sum(-1), 1.0, atol=1e-5)
 
 
+# Each with its heads' weights: a head near the grid, one far outside it with huge weights (scores of ~-1e10), one
+# centered between pixels on both axes (two nearest keys).
+CENTERS = np.array([[0.3, -1.2], [-1e3, 2e3], [0.5, 2.5]], "float32")
+PEAKED_SCORES = {
+    "quadratic": lambda layer: layer.set_alpha([0.7, 1e4, 2.0]),
+    "quadratic, spread width": lambda layer: layer.set_alpha([0.7, 1e4, 2.0]),
+    "diagonal gaussian": lambda layer: layer.inverse_sqrt_variances.assign([[1.0, 0.5], [140.0, 140.0], [2.0, 2.0]]),
+}
+MAKE_PEAKED = {
+    "quadratic": lambda: QuadraticScore(3),
+    "quadratic, spread width": lambda: QuadraticScore(3, width="spread"),
+    "diagonal gaussian": lambda: DiagonalGaussianScore(3),
+}
+
+
+@pytest.mark.parametrize("name", PEAKED_SCORES)
+def test_peaked_scores_are_the_scores_less_each_querys_maximum_which_is_an_exact_zero(name):
+    height, width = 5, 6
+    layer = built_score(MAKE_PEAKED[name](), height, width)
+    layer.centers.assign(CENTERS)
+    PEAKED_SCORES[name](layer)
+    for peaked, plain in zip(layer.peaked_axis_scores(height, width), layer.axis_scores(height, width)):
+        peaked, plain = ops.convert_to_numpy(peaked), ops.convert_to_numpy(plain).astype("float64")
+        assert (peaked.max(-1) == 0).all()  # exactly, at the key nearest each query's center
+        expected = plain - plain.max(-1, keepdims=True)
+        # Within float32's rounding of the plain scores (~1e10 for the far head), which the peaked ones avoid.
+        scale = np.abs(plain).max(-1, keepdims=True)
+        assert (np.abs(peaked - expected) <= 1e-6 * np.abs(expected) + 2.5e-7 * scale).all()
+    combined = ops.convert_to_numpy(layer.peaked_position_scores(height, width))
+    assert (combined.max(-1) == 0).all()
+    np.testing.assert_allclose(softmax(combined), softmax(layer.position_scores(height, width)), atol=1e-6)
+
+
+def test_scores_without_a_closed_form_peak_are_left_as_they_are():
+    layer = built_score(LearnedRelativeScore(2, embedding_dim=4, max_position=4), 4, 4)
+    for peaked, plain in zip(layer.peaked_axis_scores(4, 4), layer.axis_scores(4, 4)):
+        np.testing.assert_array_equal(ops.convert_to_numpy(peaked), ops.convert_to_numpy(plain))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(layer.peaked_position_scores(4, 4)), ops.convert_to_numpy(layer.position_scores(4, 4))
+    )
+
+
 def test_gaussian_with_isotropic_covariance_equals_quadratic():
     height, width, heads = 5, 4, 3
     rng = np.random.default_rng(1)
