@@ -391,57 +391,49 @@ def _compare(args):
     return 0
 
 
-def _table1(args):
+def _report_of_runs(args, report_of, markdown_of, **arguments):
+    """`attnconv table1` and `attnconv choices`: a results file of the runs, updating the earlier one if asked."""
     import json
     from pathlib import Path
 
-    from keras_attnconv.training.table1 import table1_markdown, table1_report
     from keras_attnconv.utils.files import check_writable
     from keras_attnconv.utils.reports import report_paths, write_report
 
     for path in report_paths(args.output):
         check_writable(path, "output", file=True)
     earlier = json.loads(Path(report_paths(args.output)[0]).read_text()) if args.update else None
-    report = table1_report(
+    report = report_of(
         args.runs,
         data_name=args.data_name,
         data_file=args.data_file,
+        command=args.command_line,
+        earlier=earlier,
+        **arguments,
+    )
+    markdown = markdown_of(report)
+    write_report(args.output, report, markdown)
+    print(markdown)
+    return 0
+
+
+def _table1(args):
+    from keras_attnconv.training.table1 import table1_markdown, table1_report
+
+    return _report_of_runs(
+        args,
+        table1_report,
+        table1_markdown,
         commit=args.commit,
         libraries=args.libraries,
         device=args.device,
-        command=args.command_line,
-        earlier=earlier,
         side_by_side=args.side_by_side,
     )
-    markdown = table1_markdown(report)
-    write_report(args.output, report, markdown)
-    print(markdown)
-    return 0
 
 
 def _choices(args):
-    import json
-    from pathlib import Path
-
     from keras_attnconv.training.choice_gains import choice_gains_markdown, choice_gains_report
-    from keras_attnconv.utils.files import check_writable
-    from keras_attnconv.utils.reports import report_paths, write_report
 
-    for path in report_paths(args.output):
-        check_writable(path, "output", file=True)
-    earlier = json.loads(Path(report_paths(args.output)[0]).read_text()) if args.update else None
-    report = choice_gains_report(
-        args.runs,
-        base=args.base,
-        data_name=args.data_name,
-        data_file=args.data_file,
-        command=args.command_line,
-        earlier=earlier,
-    )
-    markdown = choice_gains_markdown(report)
-    write_report(args.output, report, markdown)
-    print(markdown)
-    return 0
+    return _report_of_runs(args, choice_gains_report, choice_gains_markdown, base=args.base)
 
 
 def build_parser():
@@ -638,21 +630,18 @@ def build_parser():
     benchmarking.set_defaults(handler=_bench)
 
     tabulating = add("table1", help="the paper's Table 1 beside trained runs: a results file (JSON and markdown)")
-    tabulating.add_argument("runs", nargs="+", help="training run directories (a stopped run gives its first epochs)")
-    tabulating.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
-    tabulating.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
+    _add_results_of_runs_arguments(
+        tabulating,
+        runs="training run directories (a stopped run gives its first epochs)",
+        output="table1.json",
+        update="keep the runs of the output's earlier results unless these runs replace their "
+        "recipes (the runs of several sessions in one table)",
+    )
     tabulating.add_argument(
         "--commit", help="the package's commit the runs trained with, for runs that did not record it"
     )
     tabulating.add_argument("--libraries", help='the versions, for runs that did not record them: "jax 0.11.2"')
     tabulating.add_argument("--device", help="the device, for runs that did not record it")
-    tabulating.add_argument("--output", default="table1.json", help="JSON output (a .md table is written beside)")
-    tabulating.add_argument(
-        "--update",
-        action="store_true",
-        help="keep the runs of the output's earlier results unless these runs replace their "
-        "recipes (the runs of several sessions in one table)",
-    )
     tabulating.add_argument(
         "--side-by-side",
         action="store_true",
@@ -661,19 +650,16 @@ def build_parser():
     tabulating.set_defaults(handler=_table1)
 
     gaining = add("choices", help="training choices' gains: runs that changed settings of a base run, beside it")
-    gaining.add_argument("runs", nargs="+", help="finished training run directories, each with settings changed")
+    _add_results_of_runs_arguments(
+        gaining,
+        runs="finished training run directories, each with settings changed",
+        output="choices.json",
+        update="keep the runs of the output's earlier results unless these runs make the same changes",
+    )
     gaining.add_argument(
         "--base",
         required=True,
         help="the base run: a run directory, or a Table 1 results file (its finished run of the runs' model)",
-    )
-    gaining.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
-    gaining.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
-    gaining.add_argument("--output", default="choices.json", help="JSON output (a .md table is written beside)")
-    gaining.add_argument(
-        "--update",
-        action="store_true",
-        help="keep the runs of the output's earlier results unless these runs make the same changes",
     )
     gaining.set_defaults(handler=_choices)
 
@@ -689,6 +675,15 @@ def build_parser():
     )
     comparing.set_defaults(handler=_compare)
     return parser
+
+
+def _add_results_of_runs_arguments(command, runs, output, update):
+    """The arguments `_report_of_runs` reads, with each command's own help."""
+    command.add_argument("runs", nargs="+", help=runs)
+    command.add_argument("--data-name", required=True, help='what the data is, e.g. "CIFAR-10 (JPEG copy)"')
+    command.add_argument("--data-file", required=True, help="the file the data came from (its digest is recorded)")
+    command.add_argument("--output", default=output, help="JSON output (a .md table is written beside)")
+    command.add_argument("--update", action="store_true", help=update)
 
 
 def _quiet_start_up(debug):

@@ -6,6 +6,7 @@ Fixtures live in conftest.py; plain functions live here, so that no test imports
   trip, a ``.keras`` round trip in safe mode, XLA equal to eager, each dtype policy, a training step).
 - `eq8_reference`: eq. (8) of the paper in NumPy (float64), from a layer's weights.
 - `snapshot`, `run_until_killed`: what a directory holds, byte for byte, and a script SIGKILLed where it says.
+- `small_quadratic_run`: a real, finished run of a shrunk `quadratic` (results files read runs).
 """
 
 import dataclasses
@@ -717,3 +718,27 @@ def quick_bench_on_jax(suite, output, environment):
     results = json.loads(Path(output).read_text())
     assert results["device"]["backend"] == "jax" and "tensorflow" not in results["device"]
     return results, result
+
+
+def small_quadratic_run(run_dir, dataset, **changes):
+    """A real, finished 2-epoch run of `quadratic` shrunk to one small block in `run_dir`, its config with `changes`.
+
+    Its model is Table 1's quadratic row; `changes` make the runs whose gains `attnconv choices` records.
+    """
+    from keras_attnconv.training.fit import train
+    from keras_attnconv.training.recipe import TrainConfig
+
+    config = dict(
+        name="quadratic_small",
+        model="quadratic",
+        model_overrides={"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16},
+        dataset=dataset,
+        epochs=2,
+        batch_size=20,
+        run_dir=str(run_dir),
+        verbose=0,
+        jit_compile=False,
+        export_dir=None,
+    )
+    train(TrainConfig(**{**config, **changes}))
+    return run_dir

@@ -5,6 +5,7 @@ import math
 import shutil
 
 import pytest
+from support import small_quadratic_run
 
 from keras_attnconv.cli import main
 from keras_attnconv.training.choice_gains import (
@@ -13,30 +14,9 @@ from keras_attnconv.training.choice_gains import (
     setting_changes,
     variant_label,
 )
-from keras_attnconv.training.fit import train
-from keras_attnconv.training.recipe import TrainConfig
 from keras_attnconv.training.table1 import table1_report
 
-SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 DATA = {"data_name": "the small sample"}
-
-
-def small_run(path, data, **changes):
-    """A real, finished 2-epoch run of a shrunk `quadratic`, with `changes` to its settings."""
-    settings = dict(
-        name="quadratic_small",
-        model="quadratic",
-        model_overrides=SMALL_MODEL,
-        dataset=data,
-        epochs=2,
-        batch_size=20,
-        run_dir=str(path),
-        verbose=0,
-        jit_compile=False,
-        export_dir=None,
-    )
-    train(TrainConfig(**{**settings, **changes}))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +24,9 @@ def runs(small_npz, tmp_path_factory):
     """A base run and two runs with settings changed: label smoothing, and another seed."""
     root = tmp_path_factory.mktemp("choices")
     return {
-        "base": small_run(root / "base", small_npz),
-        "smoothed": small_run(root / "smoothed", small_npz, label_smoothing=0.1),
-        "seed": small_run(root / "seed", small_npz, seed=1),
+        "base": small_quadratic_run(root / "base", small_npz),
+        "smoothed": small_quadratic_run(root / "smoothed", small_npz, label_smoothing=0.1),
+        "seed": small_quadratic_run(root / "seed", small_npz, seed=1),
     }
 
 

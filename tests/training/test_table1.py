@@ -6,11 +6,11 @@ import math
 import shutil
 
 import pytest
+from support import small_quadratic_run
 
 from keras_attnconv.cli import main
 from keras_attnconv.models import get_paper_figures
-from keras_attnconv.training.fit import train
-from keras_attnconv.training.recipe import TrainConfig, load_recipe
+from keras_attnconv.training.recipe import load_recipe
 from keras_attnconv.training.table1 import (
     TABLE1_HEADER,
     changes_from_recipe,
@@ -19,29 +19,13 @@ from keras_attnconv.training.table1 import (
     table1_rows,
 )
 
-SMALL_MODEL = {"num_layers": 1, "hidden_dim": 16, "intermediate_dim": 16}
 REPORT = {"data_name": "the small sample", "commit": "abc1234", "libraries": "keras 3"}
 
 
 @pytest.fixture(scope="module")
 def finished_run(small_npz, tmp_path_factory):
     """A real run of `quadratic` (its config shrunk), so that its row is Table 1's quadratic row."""
-    run_dir = tmp_path_factory.mktemp("table1") / "quadratic_small"
-    train(
-        TrainConfig(
-            name="quadratic_small",
-            model="quadratic",
-            model_overrides=SMALL_MODEL,
-            dataset=small_npz,
-            epochs=2,
-            batch_size=20,
-            run_dir=str(run_dir),
-            verbose=0,
-            jit_compile=False,
-            export_dir=None,
-        )
-    )
-    return run_dir
+    return small_quadratic_run(tmp_path_factory.mktemp("table1") / "quadratic_small", small_npz)
 
 
 def stopped_copy(run_dir, path):
