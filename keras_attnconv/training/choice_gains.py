@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 
 from keras_attnconv.training.run_directory import RunDirectory
-from keras_attnconv.training.runs import BEFORE_THE_FIELD
-from keras_attnconv.training.table1 import file_digest, run_record
+from keras_attnconv.training.runs import BEFORE_THE_FIELD, same_run
+from keras_attnconv.training.table1 import changes_label, file_digest, percent, run_record
 from keras_attnconv.utils.checks import check_path
 
 #: Settings that name a run rather than say how it trains.
@@ -29,16 +29,13 @@ def setting_changes(base_settings, settings):
     A setting that one of them was recorded without counts at the value that
     does what the package did before it existed (`BEFORE_THE_FIELD`).
     """
-    base = {**BEFORE_THE_FIELD, **base_settings}
-    run = {**BEFORE_THE_FIELD, **settings}
-    return {k: run.get(k) for k in sorted(set(base) | set(run)) if k not in _NAMES and base.get(k) != run.get(k)}
+    run = {**BEFORE_THE_FIELD, **settings}  # `same_run` fills in the base's
+    return {k: run.get(k) for k in same_run(base_settings, run) if k not in _NAMES}
 
 
 def variant_label(changes):
     """How a table names a run by its changes: ``cutout 16, label_smoothing 0.1``."""
-    if not changes:
-        return "the base's settings (a rerun)"
-    return ", ".join(f"{k} {json.dumps(v)}" for k, v in changes.items())
+    return changes_label(changes) or "the base's settings (a rerun)"
 
 
 def _base_record(base, model, digest):
@@ -69,13 +66,18 @@ def _finished_record(path):
     return run_record(path)
 
 
+def final_training_accuracy(record):
+    """The training accuracy of a record's last epoch, or None where its history has none."""
+    return (record["history"].get("accuracy") or [None])[-1]
+
+
 def _with_gain(record, base, changes):
     """`record` with its changes, its label and its gain over `base`, in points with its standard error."""
     return {
         **record,
         "changes": changes,
         "variant": variant_label(changes),
-        "final_training_accuracy": (record["history"].get("accuracy") or [None])[-1],
+        "final_training_accuracy": final_training_accuracy(record),
         "gain_points": 100 * (record["test_accuracy"] - base["test_accuracy"]),
         # Independent runs on independent draws of the error: the two standard errors add in quadrature.
         "gain_standard_error_points": 100 * math.hypot(record["standard_error"], base["standard_error"]),
@@ -144,10 +146,6 @@ def choice_gains_report(runs, *, base, data_name, data_file, command=None, earli
     }
 
 
-def _percent(value):
-    return "-" if value is None else f"{100 * value:.2f}%"
-
-
 def choice_gains_markdown(report):
     """The report as markdown: the base, then each run's changes, test accuracy and gain."""
     base = report["base"]
@@ -161,14 +159,14 @@ def choice_gains_markdown(report):
         "",
         "| variant | test accuracy (± s.e.) | gain, points (± s.e.) | training accuracy | minutes | device |",
         "|---|---|---|---|---|---|",
-        f"| the base | {_percent(base['test_accuracy'])} ± {_percent(base['standard_error'])} | +0.00 | "
-        f"{_percent((base['history'].get('accuracy') or [None])[-1])} | {base['training_minutes']:.1f} | "
+        f"| the base | {percent(base['test_accuracy'], 2)} ± {percent(base['standard_error'], 2)} | +0.00 | "
+        f"{percent(final_training_accuracy(base), 2)} | {base['training_minutes']:.1f} | "
         f"{base['device']} |",
     ]
     lines += [
-        f"| {run['variant']} | {_percent(run['test_accuracy'])} ± {_percent(run['standard_error'])} | "
+        f"| {run['variant']} | {percent(run['test_accuracy'], 2)} ± {percent(run['standard_error'], 2)} | "
         f"{run['gain_points']:+.2f} ± {run['gain_standard_error_points']:.2f} | "
-        f"{_percent(run['final_training_accuracy'])} | {run['training_minutes']:.1f} | {run['device']} |"
+        f"{percent(run['final_training_accuracy'], 2)} | {run['training_minutes']:.1f} | {run['device']} |"
         for run in report["runs"]
     ]
     lines += [

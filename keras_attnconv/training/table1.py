@@ -54,10 +54,14 @@ def changes_from_recipe(config):
     return {k: config[k] for k in compared if config[k] != recipe[k]}
 
 
+def changes_label(changes):
+    """Changed settings as the tables show them: ``ema_momentum 0.999, label_smoothing 0.1``."""
+    return ", ".join(f"{k} {json.dumps(v)}" for k, v in changes.items())
+
+
 def _recipe_label(record):
     """The run's recipe as the tables show it: its name, and what the run changed of it."""
-    changes = record.get("changes") or {}
-    changed = ", ".join(f"{k} {json.dumps(v)}" for k, v in changes.items())
+    changed = changes_label(record.get("changes") or {})
     return f"`{record['recipe']}`" + (f" (changed: {changed})" if changed else "")
 
 
@@ -186,7 +190,8 @@ def table1_report(
     }
 
 
-def _percent(value, digits=1):
+def percent(value, digits=1):
+    """An accuracy as the tables show it (``88.77%``), or "-" where there is none."""
     return "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
@@ -196,7 +201,7 @@ def _flips_gain(run):
     if not flips:
         return ""
     return (
-        f"; test-time flips {_percent(flips['without'], 2)} -> {_percent(flips['with'], 2)} "
+        f"; test-time flips {percent(flips['without'], 2)} -> {percent(flips['with'], 2)} "
         f"({100 * flips['gain']:+.2f} ± {100 * flips['gain_standard_error']:.2f} points)"
     )
 
@@ -215,13 +220,13 @@ def table1_rows(report):
         paper = get_paper_figures(model).accuracy
         run = finished.get(model)
         if run is None:
-            rows.append([f"`{model}`", _percent(paper), "not trained yet", "-", "-", "-", "-", "-"])
+            rows.append([f"`{model}`", percent(paper), "not trained yet", "-", "-", "-", "-", "-"])
             continue
         rows.append(
             [
                 f"`{model}`",
-                _percent(paper),
-                f"{_percent(run['test_accuracy'], 2)} ± {_percent(run['standard_error'], 2)}",
+                percent(paper),
+                f"{percent(run['test_accuracy'], 2)} ± {percent(run['standard_error'], 2)}",
                 f"{100 * (run['test_accuracy'] - paper):+.1f}",
                 _recipe_label(run),
                 f"{run['epochs']}",
@@ -271,7 +276,7 @@ def table1_markdown(report):
         lines += ["", "Stopped runs (the first epochs of their schedule), test accuracy after each 5th epoch:", ""]
         for run in stopped:
             accuracy = run["history"].get("val_accuracy", [])
-            marks = ", ".join(f"{e}: {_percent(accuracy[e - 1])}" for e in range(5, len(accuracy) + 1, 5))
+            marks = ", ".join(f"{e}: {percent(accuracy[e - 1])}" for e in range(5, len(accuracy) + 1, 5))
             lines.append(f"- `{run['recipe']}` ({run['epochs']} epochs), {run['epochs_completed']} completed: {marks}")
     if report["not_measured"]:
         lines += ["", f"Not measured yet: {', '.join(report['not_measured'])}."]
