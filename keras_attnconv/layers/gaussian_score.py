@@ -10,7 +10,6 @@ from keras_attnconv.layers.shift_geometry import (
     combine_axis_scores,
     pixel_shifts,
     shift_grid,
-    squares_from_nearest,
 )
 from keras_attnconv.utils.checks import check_real
 
@@ -185,17 +184,6 @@ class DiagonalGaussianScore(_GaussianScoreBase):
     def inverse_covariance(self):
         return self._inverse_variances()[:, :, None] * ops.eye(2, dtype="float32")[None]
 
-    def axis_scores(self, height, width):
-        return self._weighted_squares(height, width, ops.square)
-
-    def peaked_axis_scores(self, height, width):
-        return self._weighted_squares(height, width, squares_from_nearest)
-
-    def _weighted_squares(self, height, width, square):
-        """``-s_hd^2 / 2 square(shift - Delta_hd)`` per axis, of `square` (``ops.square`` or `squares_from_nearest`)."""
-        inverse_variances = self._inverse_variances()
-        row, col = centered_shifts(self.centers, height, width)
-        return (
-            -0.5 * inverse_variances[:, 0, None, None] * square(row),
-            -0.5 * inverse_variances[:, 1, None, None] * square(col),
-        )
+    def axis_square_weights(self):
+        """``s_hd^2 / 2``, half the diagonal of ``Sigma_h^{-1}``: (heads, 2)."""
+        return 0.5 * self._inverse_variances()

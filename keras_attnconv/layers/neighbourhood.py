@@ -250,9 +250,27 @@ class Neighbourhood:
 
     def axis_masks(self):
         """(H, H) and (W, W) bool: the row and column windows, whose product is the 2-D window."""
+        rows, columns = self._axis_tilings()
+        return rows.window_mask, columns.window_mask
+
+    def axis_window_keys(self):
+        """(H, Kh) and (W, Kw) int: the keys of every row's and every column's window, in increasing order."""
+        rows, columns = self._axis_tilings()
+        return rows.keys, columns.keys
+
+    @property
+    def axis_pair_index(self):
+        """(n, Bq, Rk) int32 twice: every tile pair's index in a flattened (H, H) table of (query row, key row) and
+        in a flattened (W, W) table of (query column, key column)."""
+        self._axis_tilings()
+        query_row, query_col = np.divmod(self.query_index[:, :, None], self.width)
+        key_row, key_col = np.divmod(self.region_index[:, None, :], self.width)
+        return (query_row * self.height + key_row).astype("int32"), (query_col * self.width + key_col).astype("int32")
+
+    def _axis_tilings(self):
         if self.flat:
             raise ValueError("A 1-D window over the token sequence has no row and column windows.")
-        return self.tilings[0].window_mask, self.tilings[1].window_mask
+        return self.tilings
 
 
 @functools.lru_cache(maxsize=64)

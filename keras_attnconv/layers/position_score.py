@@ -21,11 +21,13 @@ Pixels are indexed row-major (``p = i * width + j``); the shift grid is in
 autocast, so scores stay float32 under mixed precision.
 """
 
+import functools
+
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attnconv.layers.shift_geometry import combine_axis_scores
+from keras_attnconv.layers.shift_geometry import centered_shifts, combine_axis_scores, squares_from_nearest
 from keras_attnconv.layers.validation import grid_size
 from keras_attnconv.utils.checks import check_bool, check_positive_int
 
@@ -54,7 +56,8 @@ class PositionScore(keras.layers.Layer):
     encoding_dim = None
     #: whether scores are a row term plus a column term (see `axis_scores`).
     separable = False
-    #: whether `peaked_axis_scores` put each query's maximum at an exact 0 (a closed form of where it is).
+    #: whether scores are ``-sum_d w_hd (delta_d - Delta_hd)^2`` (`axis_square_weights`), whose maximum over any
+    #: window of keys has a closed form: `peaked_axis_scores` put it at an exact 0.
     peaks_in_closed_form = False
     #: names of the weights that place and shape the heads (no weight decay in the official recipe).
     center_and_spread_weights = ()
@@ -114,9 +117,15 @@ class PositionScore(keras.layers.Layer):
         column softmax, which the attention uses to apply a head as a row pass
         and a column pass.
         """
+        if self.peaks_in_closed_form:
+            return self._weighted_squares(height, width, ops.square, ops.square)
         raise NotImplementedError(f"{self.__class__.__name__} scores are not separable by axis.")
 
-    def peaked_axis_scores(self, height, width):
+    def axis_square_weights(self):
+        """``w_hd`` of scores ``-sum_d w_hd (delta_d - Delta_hd)^2``, (heads, 2), where they peak in closed form."""
+        raise NotImplementedError(f"{self.__class__.__name__} scores are not weighted squared distances.")
+
+    def peaked_axis_scores(self, height, width, window_keys=None):
         """`axis_scores` less each query's maximum over its keys, which is then an exact 0, where it has a closed form.
 
         The separable attention's softmaxes take these: their dominant score is 0 however XLA
@@ -124,17 +133,41 @@ class PositionScore(keras.layers.Layer):
         alpha, scores of ~-1e10 rounded otherwise in two kernels left the dominant one above
         their maximum and gave NaN (JAX, XLA's CPU code unoptimised). Without a closed form:
         `axis_scores`, whose maximum `position_softmax` subtracts as before.
-        """
-        return self.axis_scores(height, width)
 
-    def peaked_position_scores(self, height, width):
+        Args:
+            window_keys: None (every key), or the keys of each query's window along the rows and
+                along the columns, int NumPy (H, Kh) and (W, Kw) (`Neighbourhood.axis_window_keys`):
+                the maximum over each query's window is then the exact 0. Outside it the scores
+                may be positive; the attention masks them.
+        """
+        if not self.peaks_in_closed_form:
+            return self.axis_scores(height, width)
+        row_keys, column_keys = (None, None) if window_keys is None else window_keys
+        return self._weighted_squares(
+            height,
+            width,
+            functools.partial(squares_from_nearest, window_keys=row_keys),
+            functools.partial(squares_from_nearest, window_keys=column_keys),
+        )
+
+    def _weighted_squares(self, height, width, row_square, column_square):
+        """``-w_hd square(shift - Delta_hd)`` per axis, of ``ops.square`` or `squares_from_nearest` per axis."""
+        weights = self.axis_square_weights()
+        row, col = centered_shifts(self.centers, height, width)
+        # Reshaped, not indexed as weights[:, 0, None, None]: in TensorFlow's graph, whose optimiser reorders a chain of
+        # broadcast products, that slice met the squares as (heads, 1) and failed ("Incompatible shapes").
+        row_weights, column_weights = (ops.reshape(weights[:, axis], (-1, 1, 1)) for axis in (0, 1))
+        return -row_weights * row_square(row), -column_weights * column_square(col)
+
+    def peaked_position_scores(self, height, width, window_keys=None):
         """`position_scores` less each query's maximum over its keys: `peaked_axis_scores` combined, where they peak.
 
         A constant per query, which softmax ignores, with or without content terms beside it.
+        ``window_keys``: see `peaked_axis_scores`.
         """
         if not self.peaks_in_closed_form:
             return self.position_scores(height, width)
-        return combine_axis_scores(*self.peaked_axis_scores(height, width))
+        return combine_axis_scores(*self.peaked_axis_scores(height, width, window_keys))
 
     def relative_encoding(self, height, width):
         """``r_delta`` for all pixel pairs: (H*W, H*W, encoding_dim), float32."""

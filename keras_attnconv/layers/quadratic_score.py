@@ -9,10 +9,8 @@ from keras import ops
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
 from keras_attnconv.layers.shift_geometry import (
     axis_shifts,
-    centered_shifts,
     combine_axis_features,
     shift_grid,
-    squares_from_nearest,
 )
 from keras_attnconv.layers.validation import get_initializer
 from keras_attnconv.utils.checks import check_choice, check_positive_number, check_real
@@ -142,18 +140,11 @@ class QuadraticScore(PositionScore):
         ones = ops.ones_like(alpha)
         return -alpha * ops.concatenate([ones, -2.0 * ops.convert_to_tensor(self.centers)], axis=-1)
 
-    def axis_scores(self, height, width):
-        return self._weighted_squares(height, width, ops.square)
-
-    def peaked_axis_scores(self, height, width):
-        return self._weighted_squares(height, width, squares_from_nearest)
-
-    def _weighted_squares(self, height, width, square):
-        """``-alpha_h square(shift - Delta_h)`` per axis, of `square` (``ops.square`` or `squares_from_nearest`)."""
+    def axis_square_weights(self):
+        """``alpha_h`` on both axes: (heads, 2)."""
         self._require_head_vectors()
-        alpha = ops.convert_to_tensor(self.alpha)[:, None, None]
-        row, col = centered_shifts(self.centers, height, width)
-        return -alpha * square(row), -alpha * square(col)
+        alpha = ops.convert_to_tensor(self.alpha)
+        return ops.stack([alpha, alpha], axis=-1)
 
     def relative_encoding(self, height, width):
         rows, cols = axis_shifts(height), axis_shifts(width)

@@ -406,7 +406,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_global(self, tokens, height, width, neighbourhood, training):
         window_mask = None if neighbourhood is None else neighbourhood.window_mask()
-        position_bias = self.position_score.peaked_position_scores(height, width) if self.use_position_bias else None
+        position_bias = (
+            self.position_score.peaked_position_scores(height, width, _axis_window_keys(neighbourhood))
+            if self.use_position_bias
+            else None
+        )
         span_bias = None if self.attention_span is None else self.attention_span.score_bias(height, width, window_mask)
         weights = self._score_weights()
         if (
@@ -477,12 +481,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_windowed(self, tokens, neighbourhood, training):
         def position_terms():  # called where the scores are computed (inside a rematerialized piece)
-            shift_scores = (
-                self.position_score.shift_scores(neighbourhood.height, neighbourhood.width)
-                if self.use_position_bias
-                else None
-            )
             span_bias = None if self.attention_span is None else self.attention_span.window_score_bias(neighbourhood)
+            if not self.use_position_bias:
+                return window_position_terms(neighbourhood, span_bias=span_bias)
+            window_keys = _axis_window_keys(neighbourhood)
+            if self.position_score.peaks_in_closed_form and window_keys is not None:
+                # Per axis, peaked at an exact 0 in every window: its best key is finite however far the center.
+                axis_scores = self.position_score.peaked_axis_scores(
+                    neighbourhood.height, neighbourhood.width, window_keys
+                )
+                return window_position_terms(neighbourhood, span_bias=span_bias, axis_scores=axis_scores)
+            shift_scores = self.position_score.shift_scores(neighbourhood.height, neighbourhood.width)
             return window_position_terms(neighbourhood, shift_scores, span_bias)
 
         return windowed_attention(
@@ -498,7 +507,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     def _call_separable(self, inputs, neighbourhood, training):
         height, width = inputs.shape[1], inputs.shape[2]
-        row_scores, column_scores = self.position_score.peaked_axis_scores(height, width)
+        row_scores, column_scores = self.position_score.peaked_axis_scores(
+            height, width, _axis_window_keys(neighbourhood)
+        )
         if self.attention_span is not None:
             row_span, column_span = self.attention_span.axis_log_modulation(height, width)
             row_scores, column_scores = row_scores + row_span, column_scores + column_span
@@ -558,6 +569,18 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         }
         config.update({name: resolved[name] if name in resolved else getattr(self, name) for name in _ARGUMENTS})
         return config
+
+
+def _axis_window_keys(neighbourhood):
+    """The row and column windows' keys of a 2-D window (`Neighbourhood.axis_window_keys`); None: no such window.
+
+    A peaked position score takes them to peak in each query's window (a far center's nearest key
+    may be outside it). A 1-D window over the token sequence is no product of axis windows: its
+    scores peak over all keys, as without a window.
+    """
+    if neighbourhood is None or neighbourhood.flat:
+        return None
+    return neighbourhood.axis_window_keys()
 
 
 def _returned_scores(mode, probabilities, neighbourhood, batch):

@@ -34,21 +34,35 @@ def centered_shifts(centers, height, width):
     return (axis_shifts(height)[None] - centers[:, 0, None, None], axis_shifts(width)[None] - centers[:, 1, None, None])
 
 
-def squares_from_nearest(shifts):
+def squares_from_nearest(shifts, window_keys=None):
     """``shifts**2`` less each row's least square, an exact 0 at the row's shift nearest 0 however it is rounded.
 
-    ``shifts[..., k] = k - c``, the keys ``k = 0, 1, ...`` of one axis less a center ``c`` per row
-    (`centered_shifts`). Written as ``(s - s*) (s + s*)``, ``s*`` the row's entry at the key nearest
-    ``c``: the first factor is an exact 0 at that key (and so is its derivative), and so is the
-    second at a key as near on the other side (a center between two pixels). ``s**2 - s***2``
-    would be, for far centers, the difference of two numbers of ~1e6 that XLA may round
-    otherwise in each kernel it recomputes them in.
+    ``shifts[..., q, k] = k - q - c``, the keys ``k = 0, 1, ...`` of one axis less a query ``q``
+    and a center ``c`` (`centered_shifts`). Written as ``(s - s*) (s + s*)``, ``s*`` the row's
+    entry at the key nearest ``q + c``: the first factor is an exact 0 at that key (and so is its
+    derivative), and so is the second at a key as near on the other side (a center between two
+    pixels). ``s**2 - s***2`` would be, for far centers, the difference of two numbers of ~1e6
+    that XLA may round otherwise in each kernel it recomputes them in.
+
+    Args:
+        shifts: (..., L, L) float.
+        window_keys: None (every key), or int NumPy (L, K): the keys of each query's window, in
+            increasing order with a constant step (`AxisTiling.keys`). ``s*`` is then the entry
+            at the window key nearest ``q + c``, so that the least square over the window is the
+            exact 0: for a far center and a huge weight every other score in the window may
+            be -inf, which would leave the window no finite score.
     """
     length = shifts.shape[-1]
-    # The key nearest c, from the row's first entry (-c) rounded onto the axis: no argmin, whose TensorFlow kernel's
-    # sign test of -0.0 uses a bitwise AND that LiteRT's builtin ops lack. Its entry is taken by a one-hot sum, whose
-    # other terms are exact zeros, rather than a gather.
-    nearest_key = ops.clip(ops.round(-shifts[..., :1]), 0, length - 1)
+    if window_keys is None:
+        window_keys = np.broadcast_to(np.arange(length), (length, length))
+    first, count = window_keys[:, :1].astype("float32"), window_keys.shape[1]
+    step = (window_keys[:, -1:] - window_keys[:, :1]).astype("float32") / max(count - 1, 1)
+    step = np.where(step > 0, step, 1.0).astype("float32")
+    # The key nearest q + c, from the row's first entry (-q - c) rounded onto the window's keys: no argmin, whose
+    # TensorFlow kernel's sign test of -0.0 uses a bitwise AND that LiteRT's builtin ops lack. Its entry is taken by
+    # a one-hot sum, whose other terms are exact zeros, rather than a gather. Without a window: first 0 and step 1.
+    slot = ops.clip(ops.round((-shifts[..., :1] - first) / step), 0, count - 1)
+    nearest_key = first + step * slot
     picked = ops.arange(length, dtype=shifts.dtype) == nearest_key
     nearest = ops.sum(ops.where(picked, shifts, 0.0), axis=-1, keepdims=True)
     return (shifts - nearest) * (shifts + nearest)

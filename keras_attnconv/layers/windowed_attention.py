@@ -126,7 +126,7 @@ def windowed_attention(
     return piece(tile_outputs)(dropped, tokens), probabilities
 
 
-def window_position_terms(neighbourhood, shift_scores=None, span_bias=None):
+def window_position_terms(neighbourhood, shift_scores=None, span_bias=None, axis_scores=None):
     """Position bias plus attention span of every tile pair, float32 (tiles, Bq, heads, Rk), or None.
 
     Args:
@@ -135,11 +135,19 @@ def window_position_terms(neighbourhood, shift_scores=None, span_bias=None):
             (`PositionScore.shift_scores`), gathered here for every tile pair; or None.
         span_bias: float32 (heads, tiles, Bq, Rk), an attention span's ``log g`` of the tile
             pairs (`AttentionSpan.window_score_bias`), or None.
+        axis_scores: instead of `shift_scores`, a separable position bias as its row and column
+            parts, (heads, H, H) and (heads, W, W) indexed by query and key
+            (`PositionScore.peaked_axis_scores`, whose peak in each window is an exact 0).
     """
     terms = None
     if shift_scores is not None:
         table = ops.cast(shift_scores, "float32")
         terms = ops.take(ops.reshape(table, (table.shape[0], -1)), neighbourhood.shift_index, axis=1)
+    elif axis_scores is not None:
+        terms = sum(
+            ops.take(ops.reshape(ops.cast(table, "float32"), (table.shape[0], -1)), index, axis=1)
+            for table, index in zip(axis_scores, neighbourhood.axis_pair_index)
+        )
     if span_bias is not None:
         terms = span_bias if terms is None else terms + span_bias
     return None if terms is None else ops.transpose(terms, (1, 2, 0, 3))

@@ -217,6 +217,17 @@ def test_windowed_attention_equals_the_general_path_masked_outside_the_windows(k
     )
 
 
+def test_window_position_terms_read_axis_scores_at_each_pairs_rows_and_columns():
+    """Per-axis tables (the peaked separable scores) give each tile pair row[q_row, k_row] + column[q_col, k_col]."""
+    neighbourhood = get_neighbourhood(HEIGHT, WIDTH, (3, 5), (1, 1))
+    rows, columns = tensors((HEADS, HEIGHT, HEIGHT), (HEADS, WIDTH, WIDTH), seed=11)
+    terms = numpy(windowed_attention.window_position_terms(neighbourhood, axis_scores=(rows, columns)))
+    query_row, query_col = np.divmod(neighbourhood.query_index[:, :, None], WIDTH)
+    key_row, key_col = np.divmod(neighbourhood.region_index[:, None, :], WIDTH)
+    expected = rows[:, query_row, key_row] + columns[:, query_col, key_col]  # (heads, tiles, Bq, Rk)
+    np.testing.assert_array_equal(terms, np.transpose(expected, (1, 2, 0, 3)))
+
+
 def test_windowed_position_only_attention_is_computed_once_for_the_batch():
     neighbourhood = get_neighbourhood(HEIGHT, WIDTH, (3, 5))
     tokens, kernel, shift_scores = tensors(

@@ -19,6 +19,7 @@ from keras_attnconv.layers import (
     get_position_score,
     register_position_score,
 )
+from keras_attnconv.layers.neighbourhood import get_neighbourhood
 
 
 def softmax(x):
@@ -133,6 +134,25 @@ def test_peaked_scores_are_the_scores_less_each_querys_maximum_which_is_an_exact
     combined = ops.convert_to_numpy(layer.peaked_position_scores(height, width))
     assert (combined.max(-1) == 0).all()
     np.testing.assert_allclose(softmax(combined), softmax(layer.position_scores(height, width)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name", PEAKED_SCORES)
+def test_peaked_scores_in_windows_peak_at_an_exact_zero_in_each_querys_window(name):
+    """With each axis' window keys, the maximum over every query's window is the exact 0, wherever the center."""
+    height, width = 6, 7
+    layer = built_score(MAKE_PEAKED[name](), height, width)
+    layer.centers.assign(CENTERS)
+    PEAKED_SCORES[name](layer)
+    window_keys = get_neighbourhood(height, width, (3, 5), (2, 1)).axis_window_keys()
+    peaked_axes = layer.peaked_axis_scores(height, width, window_keys)
+    for peaked, plain, keys in zip(peaked_axes, layer.axis_scores(height, width), window_keys):
+        index = np.broadcast_to(keys, (peaked.shape[0], *keys.shape))
+        peaked = np.take_along_axis(ops.convert_to_numpy(peaked), index, axis=-1)
+        plain = np.take_along_axis(ops.convert_to_numpy(plain).astype("float64"), index, axis=-1)
+        assert (peaked.max(-1) == 0).all()  # exactly, at the window key nearest each query's center
+        expected = plain - plain.max(-1, keepdims=True)
+        scale = np.abs(plain).max(-1, keepdims=True)
+        assert (np.abs(peaked - expected) <= 1e-6 * np.abs(expected) + 2.5e-7 * scale).all()
 
 
 def test_scores_without_a_closed_form_peak_are_left_as_they_are():

@@ -22,6 +22,7 @@ from support import (
     largest_backward_residual,
     randomize_weights,
     training_calls,
+    value_and_gradients,
 )
 
 from keras_attnconv.layers import (
@@ -307,6 +308,54 @@ def test_separable_heads_with_a_window_equal_the_windowed_path(score):
     )
     np.testing.assert_allclose(ops.convert_to_numpy(p_sep), ops.convert_to_numpy(p_win), atol=1e-6)
     np.testing.assert_array_equal(ops.convert_to_numpy(k_sep), ops.convert_to_numpy(k_win))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 1e4, 1e38])
+def test_far_centers_and_huge_alpha_are_finite_on_every_window_path(alpha):
+    """A center 2,000 pixels away and one between pixels, up to alpha 1e38, on the tiled, separable and masked paths.
+
+    At 1e38 every score in a far head's window but the nearest key's overflows to -inf; before the
+    scores peaked in each window (`squares_from_nearest` with the window's keys), all of them did,
+    and the softmax of a window with no finite score was NaN. Each path's probabilities are the
+    window's softmax in float64, which at 1e38 is the limit: one-hot at the window key nearest
+    the center (shared by keys as near).
+    """
+    shape, window, dilation = (2, 6, 7, CHANNELS), (3, 5), (2, 1)
+    windowed, masked = layer_pair("quadratic", shape, window, dilation)
+    separable = RelativeMultiHeadAttention(
+        HEADS, window=window, dilation=dilation, separable=True, **SCORES["quadratic"]()
+    )
+    separable.build(shape)
+    centers = np.array([[-1e3, 2e3], [0.5, -1.2]], "float32")
+    for layer in (windowed, masked):
+        layer.position_score.centers.assign(centers)
+        layer.position_score.set_alpha(np.full(HEADS, alpha, "float32"))
+    separable.set_weights(windowed.get_weights())
+    assert [layer.attention_mode for layer in (windowed, masked, separable)] == [
+        "windowed_position",
+        "position",
+        "separable",
+    ]
+    keys = natten_keys(6, 7, window, dilation)
+    key_row, key_col = np.divmod(keys, 7)
+    query_row, query_col = np.divmod(np.arange(42), 7)
+    squares = (key_row - query_row[:, None] - centers[:, None, None, 0].astype("float64")) ** 2 + (
+        key_col - query_col[:, None] - centers[:, None, None, 1].astype("float64")
+    ) ** 2
+    expected = np.exp(-np.float64(alpha) * (squares - squares.min(-1, keepdims=True)))
+    expected /= expected.sum(-1, keepdims=True)
+    x = np.random.default_rng(5).normal(size=shape).astype("float32")
+    outputs = []
+    for layer in (windowed, masked, separable):
+        y, (probabilities, _) = run(layer, x, return_attention_scores=True)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(probabilities)[0], expected, atol=1e-6, err_msg=layer.attention_mode
+        )
+        y, gradients = value_and_gradients(layer, x)
+        assert all(np.isfinite(ops.convert_to_numpy(g)).all() for g in gradients), layer.attention_mode
+        outputs.append(ops.convert_to_numpy(y))
+    for y in outputs[1:]:
+        np.testing.assert_allclose(y, outputs[0], atol=1e-5)
 
 
 def test_returned_scores_format_and_output_spec():
