@@ -11,7 +11,7 @@ import dataclasses
 
 from keras_attnconv.models import get_paper_figures
 from keras_attnconv.utils.files import check_writable
-from keras_attnconv.utils.reports import machine, report_paths, write_report
+from keras_attnconv.utils.reports import machine, percent, report_paths, write_report
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = (
@@ -113,7 +113,7 @@ def markdown_table(results):
     for row in sorted(results["rows"], key=lambda r: -r["eval_accuracy"]):
         lines.append(
             f"| `{row['model']}` | {row['description']} | {row['trainable_parameters'] / 1e3:.0f}k "
-            f"| {_percent(row['eval_accuracy'])} | {_percent(row['best_val_accuracy'])} "
+            f"| {percent(row['eval_accuracy'])} | {percent(row['best_val_accuracy'])} "
             f"| {_rate(row['train_images_per_second'])} | {row['wall_seconds'] / 60:.1f} min |"
         )
     return "\n".join(lines + _twins_table(results["rows"])) + "\n"
@@ -135,18 +135,14 @@ def _twins_table(rows):
     ]
     for local, twin in pairs:
         lines.append(
-            f"| `{local['model']}` | {_percent(local['eval_accuracy'])} "
+            f"| `{local['model']}` | {percent(local['eval_accuracy'])} "
             f"| {_rate(local['train_images_per_second'])} | `{twin['model']}` "
-            f"| {_percent(twin['eval_accuracy'])} | {_rate(twin['train_images_per_second'])} |"
+            f"| {percent(twin['eval_accuracy'])} | {_rate(twin['train_images_per_second'])} |"
         )
     return lines
 
 
 # A figure a finished run lacks (None: no validation, or images/s of a run finished by an earlier version after its
 # last epoch) is a dash: the table of a comparison never fails on a finished run's metrics.
-def _percent(value):
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def _rate(value):
     return "-" if value is None else f"{value:.0f}"

@@ -21,6 +21,7 @@ from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.recipe import load_recipe, recipe_names
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.checks import check_path
+from keras_attnconv.utils.reports import percent
 
 #: The rows of the paper's Table 1, by the registered names of their models.
 TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
@@ -188,11 +189,6 @@ def table1_report(
         "runs": records,
         "not_measured": [m for m in TABLE1_MODELS if m not in {r["model"] for r in finished}],
     }
-
-
-def percent(value, digits=1):
-    """An accuracy as the tables show it (``88.77%``), or "-" where there is none."""
-    return "-" if value is None else f"{100 * value:.{digits}f}%"
 
 
 def _flips_gain(run):

@@ -29,6 +29,11 @@ def report_paths(output):
     return json_path, f"{base}.md"
 
 
+def percent(value, digits=1):
+    """An accuracy as the tables show it (``88.77%``), or "-" where there is none (a figure a finished run lacks)."""
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
 def json_settings(settings):
     """`settings` as a results file holds them (tuples as lists), so that a rerun's compare equal to a file's."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
