@@ -132,14 +132,19 @@ def _cropped_sample(run_dir, size):
     return path
 
 
+# The paths of a position-only layer: separable, general, and the tiled windowed path (whose nearest window key is
+# not the nearest key for a far center).
+FAR_CENTER_PATHS = ({"separable": True}, {"separable": False}, {"window": 3, "windowed": True})
+
+
 def far_centers(alpha, **_):
     """A training step of one quadratic layer with far centers and huge alpha, per precision and path."""
     rows = []
     for precision in PRECISIONS:
-        for separable in (True, False):
+        for path_options in FAR_CENTER_PATHS:
             keras.utils.set_random_seed(0)
             inputs = keras.Input((6, 5, 4))
-            layer = RelativeMultiHeadAttention(4, separable=separable, dtype=precision)
+            layer = RelativeMultiHeadAttention(4, dtype=precision, **path_options)
             model = keras.Model(inputs, layer(inputs))
             model.dtype_policy = keras.DTypePolicy(precision)
             layer.position_score.centers.assign(

@@ -12,7 +12,7 @@ def test_quick_numerics_suite_checks_every_precision(tmp_path):
     assert [row["precision"] for row in results["training"]] == precisions
     assert results["training"][0]["points_from_float32"] == 0.0
     assert {(row["precision"], row["path"]) for row in results["far_centers"]} == {
-        (precision, path) for precision in precisions for path in ("separable", "position")
+        (precision, path) for precision in precisions for path in ("separable", "position", "windowed_position")
     }
     assert [(row["tokens"], row["precision"]) for row in results["large_grids"]] == [
         (f"{size}x{size}", precision) for size in numerics.NUMERICS_QUICK["sizes"] for precision in precisions
@@ -59,6 +59,7 @@ def test_a_non_finite_figure_is_written_as_its_name_and_fails_the_check(tmp_path
     assert [(row["path"], row["loss"], row["ok"]) for row in rows] == [
         ("separable", "nan", False),
         ("position", "nan", False),
+        ("windowed_position", "nan", False),
     ]
     assert "| float32 | separable | nan | False |" in (tmp_path / "numerics.md").read_text()
     assert json.loads(output.read_text())["settings"]["alpha"] == "inf"
