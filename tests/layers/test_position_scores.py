@@ -1,5 +1,6 @@
 """Specifications of the position score functions (eq. 9, Lemma 2, Appendix E, learned)."""
 
+import functools
 import json
 import zipfile
 
@@ -118,19 +119,29 @@ MAKE_PEAKED = {
 }
 
 
-@pytest.mark.parametrize("name", PEAKED_SCORES)
-def test_peaked_scores_are_the_scores_less_each_querys_maximum_which_is_an_exact_zero(name):
-    height, width = 5, 6
+def peaked_score(name, height, width):
     layer = built_score(MAKE_PEAKED[name](), height, width)
     layer.centers.assign(CENTERS)
     PEAKED_SCORES[name](layer)
+    return layer
+
+
+def assert_peaked_rows(peaked, plain):
+    """Each row of `peaked` is the same row of `plain` less its maximum, which is an exact 0."""
+    plain = plain.astype("float64")
+    assert (peaked.max(-1) == 0).all()  # exactly, at the key nearest each query's center
+    expected = plain - plain.max(-1, keepdims=True)
+    # Within float32's rounding of the plain scores (~1e10 for the far head), which the peaked ones avoid.
+    scale = np.abs(plain).max(-1, keepdims=True)
+    assert (np.abs(peaked - expected) <= 1e-6 * np.abs(expected) + 2.5e-7 * scale).all()
+
+
+@pytest.mark.parametrize("name", PEAKED_SCORES)
+def test_peaked_scores_are_the_scores_less_each_querys_maximum_which_is_an_exact_zero(name):
+    height, width = 5, 6
+    layer = peaked_score(name, height, width)
     for peaked, plain in zip(layer.peaked_axis_scores(height, width), layer.axis_scores(height, width)):
-        peaked, plain = ops.convert_to_numpy(peaked), ops.convert_to_numpy(plain).astype("float64")
-        assert (peaked.max(-1) == 0).all()  # exactly, at the key nearest each query's center
-        expected = plain - plain.max(-1, keepdims=True)
-        # Within float32's rounding of the plain scores (~1e10 for the far head), which the peaked ones avoid.
-        scale = np.abs(plain).max(-1, keepdims=True)
-        assert (np.abs(peaked - expected) <= 1e-6 * np.abs(expected) + 2.5e-7 * scale).all()
+        assert_peaked_rows(ops.convert_to_numpy(peaked), ops.convert_to_numpy(plain))
     combined = ops.convert_to_numpy(layer.peaked_position_scores(height, width))
     assert (combined.max(-1) == 0).all()
     np.testing.assert_allclose(softmax(combined), softmax(layer.position_scores(height, width)), atol=1e-6)
@@ -140,19 +151,12 @@ def test_peaked_scores_are_the_scores_less_each_querys_maximum_which_is_an_exact
 def test_peaked_scores_in_windows_peak_at_an_exact_zero_in_each_querys_window(name):
     """With each axis' window keys, the maximum over every query's window is the exact 0, wherever the center."""
     height, width = 6, 7
-    layer = built_score(MAKE_PEAKED[name](), height, width)
-    layer.centers.assign(CENTERS)
-    PEAKED_SCORES[name](layer)
+    layer = peaked_score(name, height, width)
     window_keys = get_neighbourhood(height, width, (3, 5), (2, 1)).axis_window_keys()
     peaked_axes = layer.peaked_axis_scores(height, width, window_keys)
     for peaked, plain, keys in zip(peaked_axes, layer.axis_scores(height, width), window_keys):
-        index = np.broadcast_to(keys, (peaked.shape[0], *keys.shape))
-        peaked = np.take_along_axis(ops.convert_to_numpy(peaked), index, axis=-1)
-        plain = np.take_along_axis(ops.convert_to_numpy(plain).astype("float64"), index, axis=-1)
-        assert (peaked.max(-1) == 0).all()  # exactly, at the window key nearest each query's center
-        expected = plain - plain.max(-1, keepdims=True)
-        scale = np.abs(plain).max(-1, keepdims=True)
-        assert (np.abs(peaked - expected) <= 1e-6 * np.abs(expected) + 2.5e-7 * scale).all()
+        in_window = functools.partial(np.take_along_axis, indices=np.broadcast_to(keys, (3, *keys.shape)), axis=-1)
+        assert_peaked_rows(in_window(ops.convert_to_numpy(peaked)), in_window(ops.convert_to_numpy(plain)))
 
 
 def test_scores_without_a_closed_form_peak_are_left_as_they_are():
