@@ -35,7 +35,7 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
-from keras_attnconv.utils.reports import json_settings, machine, write_report
+from keras_attnconv.utils.reports import json_settings, machine, machine_text, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
@@ -380,18 +380,6 @@ def markdown_tables(results):
     ]
     lines += ["", formats_markdown(results["formats"], settings["repeats"])]
     return "\n".join(lines)
-
-
-def machine_text(machine):
-    """The CPU a report was measured on: its model, CPU count (and how many the process could use, where fewer)
-    and what it has for bfloat16 and vectors."""
-    cpu = machine.get("cpu") or {}
-    usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
-    confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
-    return (
-        f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
-        f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})"
-    )
 
 
 def model_step_table(results):

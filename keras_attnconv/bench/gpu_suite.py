@@ -37,7 +37,6 @@ from keras import ops
 
 from keras_attnconv.analysis.charts import precision_label
 from keras_attnconv.analysis.throughput import Throughput
-from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import (
     device_peak_memory,
     interleaved,
@@ -49,7 +48,14 @@ from keras_attnconv.bench.measure import (
 )
 from keras_attnconv.models import build_model, count_flops, get_model_config, with_attention_options
 from keras_attnconv.models.precision import PRECISIONS, check_precisions
-from keras_attnconv.utils.reports import code_digest, device_description, json_settings, report_paths, write_report
+from keras_attnconv.utils.reports import (
+    code_digest,
+    device_description,
+    device_text,
+    json_settings,
+    report_paths,
+    write_report,
+)
 
 # The recipes' precision first: a run cut short by a time limit has the rows the targets are about.
 GPU_FULL = {
@@ -300,11 +306,8 @@ def gpu_markdown(results):
     versions = ", ".join(
         f"{name} {device[name]}" for name in ("keras", "jax", "jaxlib", "tensorflow", "python") if name in device
     )
-    # On a CPU, which one: its model and what it has for bfloat16 (a CPU's figures mean nothing without them).
-    on_cpu = device["device"].endswith("(cpu)") and "cpus" in device
     lines = [
-        f"Device: {device['device']}{f': {machine_text(device)}' if on_cpu else ''}; backend {device['backend']}; "
-        f"{versions}.",
+        f"Device: {device_text(device)}; backend {device['backend']}; {versions}.",
         f"Command: `{results['command']}`" if results.get("command") else None,
         f"Batch {settings['batch']}, {settings['image_size']}x{settings['image_size']}x3 inputs, XLA. Step: median "
         f"of {settings['steps']} training steps after {settings['warmup_steps']}, each waited for. Fit: "

@@ -32,11 +32,10 @@ import typing
 import keras
 import numpy as np
 
-from keras_attnconv.bench.cpu_suite import machine_text
 from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.precision import check_precisions
-from keras_attnconv.utils.reports import device_description, json_settings, machine, write_report
+from keras_attnconv.utils.reports import device_description, json_settings, machine, machine_text, write_report
 
 PROFILE_FULL = {
     "model": "quadratic",

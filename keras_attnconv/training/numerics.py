@@ -30,7 +30,7 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models.precision import PRECISIONS
 from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.run_directory import RunDirectory
-from keras_attnconv.utils.reports import device_description, json_settings, write_report
+from keras_attnconv.utils.reports import device_description, device_text, json_settings, write_report
 
 NUMERICS_FULL = {
     "recipe": "quick",
@@ -213,7 +213,7 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
 
 def numerics_markdown(results):
     device, settings = results["device"], results["settings"]
-    lines = [f"Device: {device['device']}; backend {device['backend']}, Keras {device['keras']}.", ""]
+    lines = [f"Device: {device_text(device)}; backend {device['backend']}, Keras {device['keras']}.", ""]
     if results.get("command"):
         lines += [f"Command: `{results['command']}`", ""]
     lines += [

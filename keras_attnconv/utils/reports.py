@@ -149,6 +149,25 @@ def machine():
     }
 
 
+def machine_text(machine):
+    """The CPU a report was measured on: its model, CPU count (and how many the process could use, where fewer)
+    and what it has for bfloat16 and vectors."""
+    cpu = machine.get("cpu") or {}
+    usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
+    confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
+    return (
+        f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
+        f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})"
+    )
+
+
+def device_text(device):
+    """The device of a `device_description`; on a CPU with its model and what it has for bfloat16 and vectors
+    (a CPU's figures mean nothing without them; a file written before the machine was recorded: the name alone)."""
+    on_cpu = device["device"].endswith("(cpu)") and "cpus" in device
+    return f"{device['device']}: {machine_text(device)}" if on_cpu else device["device"]
+
+
 def usable_cpus():
     """The CPUs this process may run on (`taskset`, a container's CPU set), which size the frameworks' thread
     pools: fewer than the machine's where the process was confined."""

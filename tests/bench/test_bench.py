@@ -1,9 +1,6 @@
 """`attnconv bench --quick` (CPU suite) and `attnconv bench --suite gpu --quick` run and write well-formed results."""
 
 import json
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -14,6 +11,7 @@ from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, formats, gpu_suite, plan_suite, profile_suite
 from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
+from keras_attnconv.utils import reports
 from keras_attnconv.utils.reports import package_revision
 
 
@@ -281,7 +279,7 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     table = (tmp_path / "gpu.md").read_text()
     assert "| model | path | precision |" in table and f"{auto} (auto)" in table and "| floor ms |" in table
     assert "| step MiB |" in table and "| mixed_float16, no loss scaling |" in table
-    assert f"Device: cpu (cpu): {cpu_suite.machine_text(results['device'])};" in table  # which CPU, beside its figures
+    assert f"Device: cpu (cpu): {reports.machine_text(results['device'])};" in table  # which CPU, beside its figures
     assert "fit images/s" in result.stdout
 
 
@@ -643,29 +641,6 @@ def test_scale_suite_measures_each_device_count_with_the_same_global_batch(
     table = (tmp_path / "scale.md").read_text()
     assert "| 1, no distribution | 8 |" in table and "| 3 | - | skipped" in table
     assert "not a speed-up of separate devices" in table
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() < 2, reason="needs CPU affinity and 2 CPUs")
-def test_a_report_says_how_many_cpus_a_confined_process_could_use():
-    # As `taskset -c 0 attnconv bench ...` runs it: the thread pools are sized by the usable CPUs, not the machine's.
-    confined = subprocess.run(
-        [sys.executable, "-c", "from keras_attnconv.utils.reports import usable_cpus; print(usable_cpus())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
-    )
-    assert confined.stdout.strip() == "1"
-    machine = {"processor": "x86_64", "cpus": 2, "cpu": {"model": "AMD EPYC", "vector_units": "AVX2"}}
-    assert cpu_suite.machine_text({**machine, "cpus_usable": 1}).startswith(
-        "AMD EPYC, 2 CPUs, 1 of them usable by the process (bfloat16 units: none; vectors: AVX2)"
-    )
-    # All of them, or a file written before this was recorded: the machine's count alone.
-    assert (
-        cpu_suite.machine_text({**machine, "cpus_usable": 2})
-        == cpu_suite.machine_text(machine)
-        == ("AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
-    )
 
 
 def test_a_gpu_case_fits_with_the_step_it_compiled_for_the_timed_steps(monkeypatch):

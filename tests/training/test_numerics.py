@@ -4,6 +4,7 @@ import json
 
 from keras_attnconv import cli
 from keras_attnconv.training import numerics
+from keras_attnconv.utils.reports import machine_text
 
 
 def test_quick_numerics_suite_checks_every_precision(tmp_path):
@@ -18,7 +19,10 @@ def test_quick_numerics_suite_checks_every_precision(tmp_path):
         (f"{size}x{size}", precision) for size in numerics.NUMERICS_QUICK["sizes"] for precision in precisions
     ]
     assert results["ok"] and all(row["ok"] for row in results["large_grids"] + results["far_centers"])
-    assert "All checks passed: True." in (tmp_path / "numerics.md").read_text()
+    summary = (tmp_path / "numerics.md").read_text()
+    assert "All checks passed: True." in summary
+    # Which CPU, beside its figures: its model and what it has for bfloat16 and vectors.
+    assert summary.startswith(f"Device: {results['device']['device']}: {machine_text(results['device'])};")
 
 
 def test_a_failed_numerics_check_fails_the_command(tmp_path, monkeypatch, capsys):

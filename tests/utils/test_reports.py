@@ -1,10 +1,15 @@
 """Results files (`write_report`): each says what produced it, the package's revision and the libraries' versions."""
 
 import json
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
+import pytest
 
+from keras_attnconv.utils import reports
 from keras_attnconv.utils.reports import BACKEND_LIBRARIES, machine, package_revision, write_report
 
 
@@ -56,3 +61,26 @@ def test_a_file_written_again_names_the_code_that_wrote_it_last(tmp_path):
     earlier = {"package": {"version": "0.0.1", "commit": "0000000"}, "rows": []}
     write_report(tmp_path / "r.json", earlier, "")
     assert json.loads((tmp_path / "r.json").read_text())["package"] == package_revision()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() < 2, reason="needs CPU affinity and 2 CPUs")
+def test_a_report_says_how_many_cpus_a_confined_process_could_use():
+    # As `taskset -c 0 attnconv bench ...` runs it: the thread pools are sized by the usable CPUs, not the machine's.
+    confined = subprocess.run(
+        [sys.executable, "-c", "from keras_attnconv.utils.reports import usable_cpus; print(usable_cpus())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    assert confined.stdout.strip() == "1"
+    machine = {"processor": "x86_64", "cpus": 2, "cpu": {"model": "AMD EPYC", "vector_units": "AVX2"}}
+    assert reports.machine_text({**machine, "cpus_usable": 1}).startswith(
+        "AMD EPYC, 2 CPUs, 1 of them usable by the process (bfloat16 units: none; vectors: AVX2)"
+    )
+    # All of them, or a file written before this was recorded: the machine's count alone.
+    assert (
+        reports.machine_text({**machine, "cpus_usable": 2})
+        == reports.machine_text(machine)
+        == ("AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
+    )
