@@ -1,10 +1,11 @@
 """Every model family of the zoo, saved and exported in every format, gives Keras' predictions in the real runtimes.
 
 One tiny model per family (quadratic, gaussian, learned, learned + content, SIREN, span, local/windowed,
-absolute, ResNet, and quadratic with test-time flips) on 16 real CIFAR-10 images of the embedded sample: the
-``.keras`` file and the preset reload as the same model; the SavedModel in TensorFlow in a process without
-keras_attnconv, the ONNX file in onnxruntime and the LiteRT file in the ai-edge-litert interpreter give Keras'
-logits within 1e-4 (the SavedModel: its probabilities within 1e-5) and the same classes, from uint8 images.
+absolute, ResNet, quadratic with test-time flips, quadratic in a window) on 16 real CIFAR-10 images of the
+embedded sample: the ``.keras`` file and the preset reload as the same model; the SavedModel in TensorFlow in a
+process without keras_attnconv, the ONNX file in onnxruntime and the LiteRT file in the ai-edge-litert interpreter
+give Keras' logits within 1e-4 (the SavedModel: its probabilities within 1e-5) and the same classes, from uint8
+images.
 """
 
 import json
@@ -36,9 +37,15 @@ FAMILIES = {
     "absolute": "absolute_learned_tiny",
     "resnet": "resnet_tiny",
     "flips": "quadratic_tiny",  # with test-time flips: the batch doubled and averaged inside the exported graph
+    # Quadratic heads in a 3x3 window on the tiled path: their scores peak in each window, read per tile pair.
+    "quadratic_local": "quadratic_tiny",
 }
 #: What shrinks each family's tiny model: one block where it has blocks.
-OVERRIDES = {"resnet": {}, "flips": {"num_layers": 1, "test_time_flips": True}}
+OVERRIDES = {
+    "resnet": {},
+    "flips": {"num_layers": 1, "test_time_flips": True},
+    "quadratic_local": {"num_layers": 1, "window": 3, "attention_options": {"windowed": True}},
+}
 LOGITS_TOLERANCE = 1e-4
 
 
@@ -54,8 +61,10 @@ def models():
         overrides = OVERRIDES.get(family, {"num_layers": 1})
         built[family] = build_model(name, seed=0, dtype="float32", **overrides)
     assert built["local"].get_layer("encoder_0").attention.attention_mode == "windowed_content"
-    # A name of its own: the quadratic family's model is exported as quadratic_tiny into the same roots.
+    assert built["quadratic_local"].get_layer("encoder_0").attention.attention_mode == "windowed_position"
+    # Names of their own: the quadratic family's model is exported as quadratic_tiny into the same roots.
     built["flips"] = built["flips"].with_config(name="quadratic_tiny_flips")
+    built["quadratic_local"] = built["quadratic_local"].with_config(name="quadratic_tiny_local")
     return built
 
 
