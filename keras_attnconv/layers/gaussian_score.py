@@ -5,12 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import (
-    centered_shifts,
-    combine_axis_scores,
-    pixel_shifts,
-    shift_grid,
-)
+from keras_attnconv.layers.shift_geometry import centered_shifts, combine_axis_scores, pixel_shifts, shift_grid
 from keras_attnconv.utils.checks import check_real
 
 
@@ -185,5 +180,6 @@ class DiagonalGaussianScore(_GaussianScoreBase):
         return self._inverse_variances()[:, :, None] * ops.eye(2, dtype="float32")[None]
 
     def axis_square_weights(self):
-        """``s_hd^2 / 2``, half the diagonal of ``Sigma_h^{-1}``: (heads, 2)."""
-        return 0.5 * self._inverse_variances()
+        """``s_hd^2 / 2``, half the diagonal of ``Sigma_h^{-1}``, per axis."""
+        halves = 0.5 * self._inverse_variances()
+        return halves[:, 0], halves[:, 1]

@@ -122,7 +122,7 @@ class PositionScore(keras.layers.Layer):
         raise NotImplementedError(f"{self.__class__.__name__} scores are not separable by axis.")
 
     def axis_square_weights(self):
-        """``w_hd`` of scores ``-sum_d w_hd (delta_d - Delta_hd)^2``, (heads, 2), where they peak in closed form."""
+        """``w_hd`` of scores ``-sum_d w_hd (delta_d - Delta_hd)^2`` that peak in closed form: (heads,) per axis."""
         raise NotImplementedError(f"{self.__class__.__name__} scores are not weighted squared distances.")
 
     def peaked_axis_scores(self, height, width, window_keys=None):
@@ -152,11 +152,10 @@ class PositionScore(keras.layers.Layer):
 
     def _weighted_squares(self, height, width, row_square, column_square):
         """``-w_hd square(shift - Delta_hd)`` per axis, of ``ops.square`` or `squares_from_nearest` per axis."""
-        weights = self.axis_square_weights()
         row, col = centered_shifts(self.centers, height, width)
-        # Reshaped, not indexed as weights[:, 0, None, None]: in TensorFlow's graph, whose optimiser reorders a chain of
-        # broadcast products, that slice met the squares as (heads, 1) and failed ("Incompatible shapes").
-        row_weights, column_weights = (ops.reshape(weights[:, axis], (-1, 1, 1)) for axis in (0, 1))
+        # Reshaped, not indexed with new axes: in TensorFlow's graph, whose optimiser reorders a chain of broadcast
+        # products, a (heads, 2)[:, 0:1, None] slice met the squares as (heads, 1) and failed ("Incompatible shapes").
+        row_weights, column_weights = (ops.reshape(w, (-1, 1, 1)) for w in self.axis_square_weights())
         return -row_weights * row_square(row), -column_weights * column_square(col)
 
     def peaked_position_scores(self, height, width, window_keys=None):

@@ -7,11 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_attnconv.layers.position_score import PAPER_CENTER_STDDEV, PositionScore
-from keras_attnconv.layers.shift_geometry import (
-    axis_shifts,
-    combine_axis_features,
-    shift_grid,
-)
+from keras_attnconv.layers.shift_geometry import axis_shifts, combine_axis_features, shift_grid
 from keras_attnconv.layers.validation import get_initializer
 from keras_attnconv.utils.checks import check_choice, check_positive_number, check_real
 
@@ -141,10 +137,10 @@ class QuadraticScore(PositionScore):
         return -alpha * ops.concatenate([ones, -2.0 * ops.convert_to_tensor(self.centers)], axis=-1)
 
     def axis_square_weights(self):
-        """``alpha_h`` on both axes: (heads, 2)."""
+        """``alpha_h`` on both axes."""
         self._require_head_vectors()
         alpha = ops.convert_to_tensor(self.alpha)
-        return ops.stack([alpha, alpha], axis=-1)
+        return alpha, alpha
 
     def relative_encoding(self, height, width):
         rows, cols = axis_shifts(height), axis_shifts(width)

@@ -144,10 +144,11 @@ def window_position_terms(neighbourhood, shift_scores=None, span_bias=None, axis
         table = ops.cast(shift_scores, "float32")
         terms = ops.take(ops.reshape(table, (table.shape[0], -1)), neighbourhood.shift_index, axis=1)
     elif axis_scores is not None:
-        terms = sum(
+        row_terms, column_terms = (
             ops.take(ops.reshape(ops.cast(table, "float32"), (table.shape[0], -1)), index, axis=1)
             for table, index in zip(axis_scores, neighbourhood.axis_pair_index)
         )
+        terms = row_terms + column_terms
     if span_bias is not None:
         terms = span_bias if terms is None else terms + span_bias
     return None if terms is None else ops.transpose(terms, (1, 2, 0, 3))
