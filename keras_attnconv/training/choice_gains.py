@@ -16,8 +16,9 @@ from pathlib import Path
 
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.runs import BEFORE_THE_FIELD, same_run
-from keras_attnconv.training.table1 import changes_label, file_digest, run_record
+from keras_attnconv.training.table1 import changes_label, run_record
 from keras_attnconv.utils.checks import check_path
+from keras_attnconv.utils.files import file_digest
 from keras_attnconv.utils.reports import percent
 
 #: Settings that name a run rather than say how it trains.

@@ -5,7 +5,8 @@ Three checks, each in float32, mixed_bfloat16 and mixed_float16:
 - training: a recipe (default: the quick one, a tiny model on the embedded
   real CIFAR-10 sample) trained for the same epochs in each precision; the
   loss history must be finite and each mixed precision's accuracy within 2
-  points of float32's;
+  points of float32's (the report names the data and the digest of the file
+  read);
 - far centers: quadratic heads centered far outside the grid with
   ``alpha = 1e4``: a training step of a one-layer model gives a finite loss
   and finite weights, on the separable and on the dense path;
@@ -30,6 +31,8 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models.precision import PRECISIONS
 from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.run_directory import RunDirectory
+from keras_attnconv.utils.assets import SAMPLE_PATH
+from keras_attnconv.utils.files import file_digest
 from keras_attnconv.utils.reports import device_description, device_text, json_settings, write_report
 
 NUMERICS_FULL = {
@@ -74,15 +77,31 @@ def _shown(value, spec):
     return format(value, spec) if isinstance(value, float) else value
 
 
-def training_agreement(recipe, epochs, run_dir, accuracy_points, model_overrides=None, image_size=None, **_):
-    """The recipe trained in each precision: accuracy, finite losses, distance to float32 in points."""
+def training_data(recipe, run_dir, image_size=None, **_):
+    """(dataset, record) of the training check: the recipe's dataset, or for `--quick` the embedded sample's
+    center crops, and what the report says of it: its name, and the file read with its digest (None for data
+    that is not one file: a TFDS name, an image folder)."""
+    from keras_attnconv.training.recipe import load_recipe
+
+    if image_size:
+        dataset = _cropped_sample(run_dir, image_size)
+        name = f"cifar10_sample: the {image_size}x{image_size} center crops of its first 200 images"
+    else:
+        dataset = name = load_recipe(_recipe_path(recipe)).dataset
+    path = SAMPLE_PATH if dataset == "cifar10_sample" else Path(str(dataset)).expanduser()
+    if not path.is_file():
+        return dataset, {"name": str(name), "file": None, "digest": None}
+    return dataset, {"name": str(name), "file": path.name, "digest": file_digest(path)}
+
+
+def training_agreement(recipe, epochs, run_dir, accuracy_points, dataset, model_overrides=None, **_):
+    """The recipe trained on `dataset` in each precision: accuracy, finite losses, distance to float32 in points."""
     from keras_attnconv.training.fit import train
     from keras_attnconv.training.recipe import load_recipe
 
-    dataset = _cropped_sample(run_dir, image_size) if image_size else None
     rows = []
     for precision in PRECISIONS:
-        # What is None here is not an override: the recipe's own epochs, model and dataset.
+        # What is None here is not an override: the recipe's own epochs and model.
         given = {"epochs": epochs, "model_overrides": model_overrides, "dataset": dataset}
         config = load_recipe(
             _recipe_path(recipe),
@@ -197,18 +216,27 @@ def run_numerics(quick=False, output="numerics.json", run_dir=None, command=None
     """
     run_dir = run_dir or tempfile.mkdtemp(prefix="attnconv-numerics-")
     settings = {**(NUMERICS_QUICK if quick else NUMERICS_FULL), **overrides}
+    dataset, data = training_data(**settings, run_dir=run_dir)
     results = {
         "command": command,
         "device": device_description(),
         # A non-finite setting (alpha = inf) by its name too: JSON has none, and the figures must be written.
         "settings": json_settings({k: _measured(v) if isinstance(v, float) else v for k, v in settings.items()}),
+        "data": data,
         "large_grids": large_grids(**settings),
         "far_centers": far_centers(**settings),
-        "training": training_agreement(**settings, run_dir=run_dir),
+        "training": training_agreement(**settings, dataset=dataset, run_dir=run_dir),
     }
     results["ok"] = all(row["ok"] for part in ("large_grids", "far_centers", "training") for row in results[part])
     write_report(output, results, numerics_markdown(results))
     return results
+
+
+def _data_text(data):
+    """The training check's data in the markdown: its name, and the file read with its digest where it is one."""
+    if data["file"] is None:
+        return f"{data['name']} (not one file: no digest)"
+    return f"{data['name']}, read from `{data['file']}` ({data['digest']})"
 
 
 def numerics_markdown(results):
@@ -219,6 +247,8 @@ def numerics_markdown(results):
     lines += [
         f"Training (`{settings['recipe']}`), accuracy within {settings['accuracy_points']:g} points of "
         "float32, finite losses:",
+        "",
+        f"Data: {_data_text(results['data'])}.",
         "",
         "| precision | accuracy | points from float32 | finite | ok |",
         "|---|---|---|---|---|",

@@ -11,7 +11,6 @@ alone; what is not measured yet, said so.
 """
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.recipe import load_recipe, recipe_names
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.checks import check_path
+from keras_attnconv.utils.files import file_digest
 from keras_attnconv.utils.reports import percent
 
 #: The rows of the paper's Table 1, by the registered names of their models.
@@ -29,15 +29,6 @@ TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
 _PLACES = ("runs_dir", "run_dir", "export_dir", "data_dir", "verbose", "dataset")
 #: The versions a run records (`keras_attnconv.utils.reports.device_description`) that the results name.
 _LIBRARIES = ("keras", "jax", "tensorflow", "numpy")
-
-
-def file_digest(path):
-    """``sha256:<hex>`` of the file at `path`."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def changes_from_recipe(config):

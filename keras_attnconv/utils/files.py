@@ -2,6 +2,7 @@
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -129,6 +130,15 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
             f"{needed_bytes / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free. Free some "
             f"space and run the same command again.",
         )
+
+
+def file_digest(path):
+    """``sha256:<hex>`` of the file at `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def write_json(path, data):

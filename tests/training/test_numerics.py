@@ -4,6 +4,8 @@ import json
 
 from keras_attnconv import cli
 from keras_attnconv.training import numerics
+from keras_attnconv.utils.assets import SAMPLE_PATH
+from keras_attnconv.utils.files import file_digest
 from keras_attnconv.utils.reports import machine_text
 
 
@@ -21,6 +23,14 @@ def test_quick_numerics_suite_checks_every_precision(tmp_path):
     assert results["ok"] and all(row["ok"] for row in results["large_grids"] + results["far_centers"])
     summary = (tmp_path / "numerics.md").read_text()
     assert "All checks passed: True." in summary
+    # The data trained on, named, with the digest of the very file the runs read.
+    crops = tmp_path / "runs" / "sample_8.npz"
+    assert results["data"] == {
+        "name": "cifar10_sample: the 8x8 center crops of its first 200 images",
+        "file": "sample_8.npz",
+        "digest": file_digest(crops),
+    }
+    assert f"read from `sample_8.npz` ({file_digest(crops)})" in summary
     # Which CPU, beside its figures: its model and what it has for bfloat16 and vectors.
     assert summary.startswith(f"Device: {results['device']['device']}: {machine_text(results['device'])};")
 
@@ -67,3 +77,18 @@ def test_a_non_finite_figure_is_written_as_its_name_and_fails_the_check(tmp_path
     ]
     assert "| float32 | separable | nan | False |" in (tmp_path / "numerics.md").read_text()
     assert json.loads(output.read_text())["settings"]["alpha"] == "inf"
+
+
+def test_the_full_suite_records_the_recipes_own_data_and_its_digest(tmp_path):
+    """Without `--quick` the training check reads the recipe's dataset: the embedded sample's file for `quick`;
+    a dataset that is not one file (a TFDS name) is named with no digest rather than a made-up one."""
+    dataset, data = numerics.training_data(recipe="quick", run_dir=str(tmp_path))
+    assert dataset == "cifar10_sample"
+    assert data == {"name": "cifar10_sample", "file": "cifar10_sample.npz", "digest": file_digest(SAMPLE_PATH)}
+    recipe = tmp_path / "tfds.toml"
+    recipe.write_text('model = "quadratic_tiny"\ndataset = "cifar10"\n')
+    assert numerics.training_data(recipe=str(recipe), run_dir=str(tmp_path)) == (
+        "cifar10",
+        {"name": "cifar10", "file": None, "digest": None},
+    )
+    assert numerics._data_text({"name": "cifar10", "file": None, "digest": None}) == "cifar10 (not one file: no digest)"
