@@ -9,6 +9,7 @@ warnings, native errors) is passed on unchanged.
 """
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -53,3 +54,23 @@ def native_log_filter(pattern=START_UP_NOISE):
         os.dup2(terminal, 2)  # closes our write end of the pipe: the reader drains it and stops
         thread.join(timeout=5)
         os.close(terminal)
+
+
+@contextlib.contextmanager
+def retracing_warnings_off():
+    """Within the block, TensorFlow's warning that a function "triggered tf.function retracing" is dropped.
+
+    TensorFlow counts the traces of Keras' step function across models: a suite that builds one model per
+    precision and path traces it anew for each, as it must, and from the fifth model on the warning blames
+    a loop that is meant. Every other message of TensorFlow's logger passes.
+    """
+    logger = logging.getLogger("tensorflow")
+
+    def keep(record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
