@@ -83,6 +83,9 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["train", "--download", "yes"], "Received: download='yes'"),
         (["train", "--epochs", "0"], "Received: epochs=0"),
         (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
+        # Named as the user gave it (`--dataset`), not as `--name`, the run's.
+        (["train", "--dataset", "missing/folder"], "No image folder .*Received: dataset='missing/folder'"),
+        (["train", "--dataset", "cifar11"], "Did you mean 'cifar10'.*Received: dataset='cifar11'"),
         (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
         (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
         (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),

@@ -50,31 +50,32 @@ class DatasetInfo:
     image_size: int = 32
 
 
-def dataset_info(name):
-    """`DatasetInfo` of a dataset name, a local .npz path or a folder of images (`image_folder`).
+def dataset_info(dataset):
+    """`DatasetInfo` of a dataset: a name, a local .npz path or a folder of images (`image_folder`).
 
     The statistics (`DatasetInfo.mean`, `.std`) are those of the training split, per channel, of pixels / 255:
     CIFAR-10's and CIFAR-100's published ones; for the embedded sample and a .npz, computed from their
     training split (``x_train``, else ``x``) once per file (a file rewritten since is read again); None for
     a .npz without one.
     """
-    if name == "cifar100":
+    if dataset == "cifar100":
         names = tuple(str(i) for i in range(100))
-        return DatasetInfo(name, 100, names, CIFAR100_MEAN, CIFAR100_STD, "test")
-    if name == "cifar10":
-        return DatasetInfo(name, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "test")
-    if name == "cifar10_sample":
-        return dataclasses.replace(_npz_info(name, SAMPLE_PATH), class_names=CIFAR10_CLASSES, eval_split="validation")
-    if Path(str(name)).expanduser().is_dir():
+        return DatasetInfo(dataset, 100, names, CIFAR100_MEAN, CIFAR100_STD, "test")
+    if dataset == "cifar10":
+        return DatasetInfo(dataset, 10, CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD, "test")
+    if dataset == "cifar10_sample":
+        sample = _npz_info(dataset, SAMPLE_PATH)
+        return dataclasses.replace(sample, class_names=CIFAR10_CLASSES, eval_split="validation")
+    if Path(str(dataset)).expanduser().is_dir():
         from keras_attnconv.training import image_folder
 
-        return image_folder.folder_info(name)
-    if str(name).endswith(".npz"):
-        return _npz_info(name, _existing_npz(name))
+        return image_folder.folder_info(dataset)
+    if str(dataset).endswith(".npz"):
+        return _npz_info(dataset, _existing_npz(dataset))
     from keras_attnconv.training.image_folder import check_exists
 
-    check_exists(name)  # a path to nothing: FileNotFoundError
-    raise ValueError(_unknown_dataset_message(name))
+    check_exists(dataset)  # a path to nothing: FileNotFoundError
+    raise ValueError(_unknown_dataset_message(dataset))
 
 
 def _npz_info(name, path):
@@ -156,7 +157,7 @@ def _unknown_dataset_message(name):
     return (
         f"Unknown dataset {name!r}.{did_you_mean(name, DATASETS)} Use one of {', '.join(DATASETS)} or a "
         f"path to a .npz file with uint8 `x` (N, H, W, 3) and integer `y`, or to a folder of JPEG/PNG images, one "
-        f"folder per class (DIR/<class>/ or DIR/train/<class>/ and DIR/test/<class>/). Received: name={name!r}"
+        f"folder per class (DIR/<class>/ or DIR/train/<class>/ and DIR/test/<class>/). Received: dataset={name!r}"
     )
 
 
@@ -168,11 +169,11 @@ def _open_npz(name, path):
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
         raise ValueError(
             f"{str(path)!r} is not a readable .npz archive ({type(error).__name__}: {error}). "
-            f"Received: name={str(name)!r}"
+            f"Received: dataset={str(name)!r}"
         ) from None
     if not isinstance(data, np.lib.npyio.NpzFile):  # a single .npy array saved under a .npz name
         raise ValueError(
-            f"{str(path)!r} holds one array, not a .npz archive of named arrays (x, y). Received: name={str(name)!r}"
+            f"{str(path)!r} holds one array, not a .npz archive of named arrays (x, y). Received: dataset={str(name)!r}"
         )
     with data:
         yield data
@@ -185,7 +186,7 @@ def _npz_array(name, data, key):
     except (OSError, ValueError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
         raise ValueError(
             f"The array {key!r} of {str(name)!r} cannot be read ({type(error).__name__}: {error}). "
-            f"Received: name={str(name)!r}"
+            f"Received: dataset={str(name)!r}"
         ) from None
 
 
@@ -245,11 +246,11 @@ def _integer_labels(name, split, labels):
 def _existing_npz(path):
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"No .npz file at {str(path)!r}. Received: name={str(path)!r}")
+        raise FileNotFoundError(f"No .npz file at {str(path)!r}. Received: dataset={str(path)!r}")
     return path
 
 
-def load_arrays(name, split, *, data_dir=None, download=False):
+def load_arrays(dataset, split, *, data_dir=None, download=False):
     """Images (uint8, NHWC) and labels (int64, checked to lie in [0, classes)) of one split, as NumPy arrays.
 
     Reads the embedded sample, a local .npz (``x``/``y`` hold the data of every
@@ -258,24 +259,26 @@ def load_arrays(name, split, *, data_dir=None, download=False):
     split in memory: CIFAR's 50,000 images take 150 MB). Everything is checked
     here, before any training starts.
     """
-    info = dataset_info(name)
-    if name in TFDS_DATASETS:
-        images, labels = _tfds_arrays(_tfds_dataset(name, split, data_dir, download))
-    elif Path(str(name)).expanduser().is_dir():
+    info = dataset_info(dataset)
+    if dataset in TFDS_DATASETS:
+        images, labels = _tfds_arrays(_tfds_dataset(dataset, split, data_dir, download))
+    elif Path(str(dataset)).expanduser().is_dir():
         from keras_attnconv.training.image_folder import folder_arrays
 
-        images, labels = folder_arrays(name, split)
+        images, labels = folder_arrays(dataset, split)
     else:
-        path = SAMPLE_PATH if name == "cifar10_sample" else _existing_npz(name)
-        with _open_npz(name, path) as data:
-            splits = _npz_splits(name, data.files)
+        path = SAMPLE_PATH if dataset == "cifar10_sample" else _existing_npz(dataset)
+        with _open_npz(dataset, path) as data:
+            splits = _npz_splits(dataset, data.files)
             key = split if split in splits else ""
             if key not in splits:
-                raise ValueError(f"{name!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}")
+                raise ValueError(
+                    f"{dataset!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}"
+                )
             images_key, labels_key = splits[key]
-            images = _check_images(name, images_key, _npz_array(name, data, images_key))
-            labels = _integer_labels(name, key, _npz_array(name, data, labels_key))
-    where = f"{name!r} split {split!r}"
+            images = _check_images(dataset, images_key, _npz_array(dataset, data, images_key))
+            labels = _integer_labels(dataset, key, _npz_array(dataset, data, labels_key))
+    where = f"{dataset!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
         raise ValueError(
             f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
@@ -335,7 +338,7 @@ def _tfds_arrays(dataset, chunk=10_000):
 
 
 def load_dataset(
-    name,
+    dataset,
     split,
     *,
     batch_size,
@@ -349,7 +352,7 @@ def load_dataset(
     """A batched ``tf.data.Dataset`` of (uint8 images, int64 labels) ready for a zoo model's ``fit``.
 
     Args:
-        name: ``"cifar10"``, ``"cifar100"`` (tensorflow-datasets),
+        dataset: ``"cifar10"``, ``"cifar100"`` (tensorflow-datasets),
             ``"cifar10_sample"`` (real CIFAR-10 images shipped in the package:
             2,500 train / 500 validation), a path to a ``.npz`` file or to a
             folder of images (`keras_attnconv.training.image_folder`).
@@ -375,22 +378,22 @@ def load_dataset(
     augment = training if augment is None else augment
     shuffle = training if shuffle is None else shuffle
     drop_remainder = training if drop_remainder is None else drop_remainder
-    dataset_info(name)  # an unknown name fails here, with the closest known one
-    if name in TFDS_DATASETS:
-        dataset = _tfds_dataset(name, split, data_dir, download)
+    dataset_info(dataset)  # an unknown dataset fails here, with the closest known one
+    if dataset in TFDS_DATASETS:
+        pipeline = _tfds_dataset(dataset, split, data_dir, download)
         size = None
     else:
-        images, labels = load_arrays(name, split)
-        dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+        images, labels = load_arrays(dataset, split)
+        pipeline = tf.data.Dataset.from_tensor_slices((images, labels))
         size = len(labels)
     if shuffle:
-        dataset = dataset.shuffle(size or 50_000, seed=seed, reshuffle_each_iteration=True)
+        pipeline = pipeline.shuffle(size or 50_000, seed=seed, reshuffle_each_iteration=True)
     if augment:
         # One stateless seed per example, drawn afresh each epoch but reproducible from `seed`.
         seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-        dataset = tf.data.Dataset.zip(dataset, seeds).map(_augment, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.map(lambda image, label: (image, tf.cast(label, tf.int64)))
-    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+        pipeline = tf.data.Dataset.zip(pipeline, seeds).map(_augment, num_parallel_calls=tf.data.AUTOTUNE)
+    pipeline = pipeline.map(lambda image, label: (image, tf.cast(label, tf.int64)))
+    return pipeline.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
 def _augment(example, seed):

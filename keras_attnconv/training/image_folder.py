@@ -57,7 +57,7 @@ def check_exists(name):
     text = str(name)
     if (os.sep in text or "/" in text or text.startswith(("~", "."))) and not Path(text).expanduser().exists():
         raise FileNotFoundError(
-            f"No image folder (or .npz file) at {str(Path(text).expanduser())!r}. Received: name={text!r}"
+            f"No image folder (or .npz file) at {str(Path(text).expanduser())!r}. Received: dataset={text!r}"
         )
 
 
@@ -132,7 +132,7 @@ def _scan(name, root):
     if not class_names:
         raise ValueError(
             f"{str(shown)!r} holds no class folders: an image folder is DIR/<class>/<images> or "
-            f"DIR/<split>/<class>/<images> (JPEG or PNG). Received: name={name!r}"
+            f"DIR/<split>/<class>/<images> (JPEG or PNG). Received: dataset={name!r}"
         )
     for split, found in names.items():
         if found != list(class_names):
@@ -151,7 +151,7 @@ def _scan(name, root):
             if not images:
                 raise ValueError(
                     f"The class folder {str(shown / folder.relative_to(root))!r} holds no JPEG or PNG "
-                    f"images. Received: name={name!r}"
+                    f"images. Received: dataset={name!r}"
                 )
             label = class_names.index(folder.name)
             files.setdefault(split, []).extend([(path, label, stat) for path, stat in images])
@@ -291,14 +291,14 @@ def _decode(scan):
     if height != width:
         raise ValueError(
             f"The images of {str(shown)!r} must be square (HxH) for a model, resized or cropped "
-            f"beforehand: {paths[0]!r} is {height}x{width} (height x width). Received: name={scan.name!r}"
+            f"beforehand: {paths[0]!r} is {height}x{width} (height x width). Received: dataset={scan.name!r}"
         )
     for path, image in zip(paths, images):
         if image.shape[:2] != (height, width):
             raise ValueError(
                 f"{path!r} is {image.shape[0]}x{image.shape[1]} (height x width), but the training images "
                 f"are {height}x{width} (as {paths[0]!r}): every image of a folder must have that size; "
-                f"resize them beforehand. Received: name={scan.name!r}"
+                f"resize them beforehand. Received: dataset={scan.name!r}"
             )
     data, start = {}, 0
     for split in order:
@@ -349,6 +349,6 @@ def _decode_chunk(paths, name):
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
             raise ValueError(
                 f"{path!r} cannot be read as a JPEG or PNG image ({type(error).__name__}: {error}). "
-                f"Received: name={name!r}"
+                f"Received: dataset={name!r}"
             ) from None
     return images

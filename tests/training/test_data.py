@@ -94,7 +94,7 @@ def test_missing_tfds_data_without_download_names_the_data_dir(tmp_path):
 
 
 def test_unknown_dataset_is_named_with_a_suggestion():
-    with pytest.raises(ValueError, match="Did you mean 'cifar10'.*name='cifar11'"):
+    with pytest.raises(ValueError, match="Did you mean 'cifar10'.*dataset='cifar11'"):
         data.load_dataset("cifar11", "train", batch_size=8)
 
 

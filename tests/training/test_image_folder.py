@@ -292,7 +292,7 @@ def _no_class_folders(root):
 
 
 def _missing(root):
-    return FileNotFoundError, f"No image folder \\(or .npz file\\) at {quoted(root)}"
+    return FileNotFoundError, f"No image folder \\(or .npz file\\) at {quoted(root)}. Received: dataset={quoted(root)}"
 
 
 def _other_size(root):
