@@ -135,6 +135,7 @@ def _join_processes(strategy, processes):
 
 def _export(args):
     from keras_attnconv.export.exporter import export_registered, paper_configurations
+    from keras_attnconv.models import get_model_card
     from keras_attnconv.training.workflow import export_source
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
@@ -166,6 +167,8 @@ def _export(args):
     if args.source is not None:
         paths = [export_source(args.source, export_dir, allow_chance=args.allow_chance, **options)]
     else:
+        if args.model is not None:
+            get_model_card(args.model, argument="model")  # named as given: --model, not the export's --name
         names = paper_configurations() if args.all else [args.model]
         paths = [export_registered(name, export_dir, **options) for name in names]
     for path in paths:

@@ -89,7 +89,7 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
         (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
         (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
-        (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: name='../../x'"),
+        (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: model='../../x'"),
         (
             ["export", "--model", "quadratic_tiny", "--compute-dtype", "bfloat17"],
             "Did you mean 'bfloat16'.*Received: compute_dtype='bfloat17'",
@@ -339,6 +339,7 @@ def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args
         (["serve", "quadratic_tiny", "1", "--export-dir", "None"], r"means no export.*export_dir='None'"),
         (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
         (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
+        (["train", "--recipe", "quick", "--model", "quadratik"], r"Did you mean 'quadratic'.*model='quadratik'"),
         (
             [
                 "train",
@@ -380,7 +381,7 @@ def test_a_shortened_list_of_models_never_cuts_a_name(capsys):
 
     assert cli.main(["export", "--model", "quadratik"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Received: name='quadratik'" in err
+    assert err.count("\n") == 1 and "Received: model='quadratik'" in err
     shown = err.split("Available: ")[1].split(" ... ")[0].split(", ")
     assert len(shown) < len(list_models()) and set(shown) <= set(list_models())
 

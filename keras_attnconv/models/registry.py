@@ -62,17 +62,21 @@ def list_models(pattern="*"):
     return sorted(names, key=lambda name: _REGISTRY[name].paper.source == "ours")
 
 
-def get_model_card(name, *, or_else=""):
+def get_model_card(name, *, or_else="", argument="name"):
     """The `ModelCard` registered under `name`: its config, paper figures and trained results.
 
     ``or_else``: what else the caller would have taken, for the error (``" or a preset directory"``).
+    ``argument``: what the caller's user called the name, for the error (``"model"``: a recipe's field and
+    ``--model``, beside a run's or an export's own ``--name``).
     """
     if not isinstance(name, str):  # a list would not even hash
-        raise ValueError(f"`name` must be a model name, one of list_models(){or_else}. Received: name={name!r}")
+        raise ValueError(
+            f"`{argument}` must be a model name, one of list_models(){or_else}. Received: {argument}={name!r}"
+        )
     if name not in _REGISTRY:
         raise ValueError(
             f"Unknown model {name!r}.{did_you_mean(name, _REGISTRY)} Available: {', '.join(_REGISTRY)}"
-            f"{or_else}. Received: name={name!r}"
+            f"{or_else}. Received: {argument}={name!r}"
         )
     return _REGISTRY[name]
 

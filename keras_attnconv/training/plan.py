@@ -22,9 +22,10 @@ class RunPlan:
 
 def checked_model_config(config, info):
     """The model's config for `config` on a dataset (`DatasetInfo`), validated; loads no data."""
-    from keras_attnconv.models import get_model_config
+    from keras_attnconv.models import get_model_card, get_model_config
     from keras_attnconv.training.data import pixel_statistics
 
+    get_model_card(config.model, argument="model")  # an unknown model named as the recipe and --model call it
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
     for field, value in from_dataset.items():
         if field in config.model_overrides and config.model_overrides[field] != value:
