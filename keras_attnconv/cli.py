@@ -7,9 +7,18 @@ import shlex
 import sys
 
 
+def _check_models(names, argument):
+    """Each of `names` a registered model, else the registry's error, naming the command's own `argument`."""
+    from keras_attnconv.models import get_model_card
+
+    for name in names:
+        get_model_card(name, argument=argument)
+
+
 def _list(args):
     from keras_attnconv.models.summary import markdown_table, model_rows
 
+    _check_models(args.models, "models")
     print(markdown_table(model_rows(args.models or None, recount=args.recount)))
     print(
         "\nFLOPs per 32x32 image, 2 per multiply-add. 'weights' counts products with weight kernels "
@@ -135,7 +144,6 @@ def _join_processes(strategy, processes):
 
 def _export(args):
     from keras_attnconv.export.exporter import export_registered, paper_configurations
-    from keras_attnconv.models import get_model_card
     from keras_attnconv.training.workflow import export_source
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
@@ -168,7 +176,7 @@ def _export(args):
         paths = [export_source(args.source, export_dir, allow_chance=args.allow_chance, **options)]
     else:
         if args.model is not None:
-            get_model_card(args.model, argument="model")  # named as given: --model, not the export's --name
+            _check_models([args.model], "model")  # named as given: --model, not the export's --name
         names = paper_configurations() if args.all else [args.model]
         paths = [export_registered(name, export_dir, **options) for name in names]
     for path in paths:
@@ -335,6 +343,7 @@ def _bench(args):
     if refused:
         uses = ", ".join(f"--{key.replace('_', '-')} is for {_suites_taking(key)}" for key in refused)
         raise ValueError(f"{uses}; the {args.suite} suite has its own cases. Received: --suite {args.suite}")
+    _check_models(overrides.get("models", ()), "models")
     chart = _chart_base(output) if args.suite in ("cpu", "gpu") else None  # the suites with speed-ups to draw
     for path in [*report_paths(output), *(figure_paths(chart) if chart else [])]:  # before the benchmark
         check_writable(path, "output", file=True)

@@ -133,6 +133,7 @@ def test_debug_shows_the_traceback():
     assert result.returncode != 0 and "Traceback (most recent call last)" in result.stderr
     quiet = run_cli("list", "quadratik")
     assert quiet.returncode == 2 and "Traceback" not in quiet.stderr
+    assert "Received: models='quadratik'" in quiet.stderr  # the command's argument, `attnconv list [models]`
 
 
 def test_no_native_start_up_noise_on_a_cpu_machine():
@@ -236,7 +237,8 @@ def test_compare_with_an_unknown_model_fails_before_any_training(tmp_path, capsy
         )
         == 2
     )
-    assert "Did you mean 'quadratic_span_tiny'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Did you mean 'quadratic_span_tiny'" in err and "Received: models='quadratic_spam_tiny'" in err
     assert not (tmp_path / "runs").exists()
 
 

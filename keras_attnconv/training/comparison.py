@@ -9,7 +9,7 @@ read, not trained again.
 
 import dataclasses
 
-from keras_attnconv.models import get_paper_figures
+from keras_attnconv.models import get_model_card, get_paper_figures
 from keras_attnconv.utils.files import check_writable
 from keras_attnconv.utils.reports import machine, percent, report_paths, write_report
 
@@ -46,7 +46,7 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
     if isinstance(models, str) or not models or not all(isinstance(name, str) and name for name in models):
         raise ValueError(f"`models` must name at least one model. Received: models={models!r}")
     for name in models:
-        get_paper_figures(name)  # unknown names fail here, before any training
+        get_model_card(name, argument="models")  # unknown names fail here, before any training
     for path in report_paths(output):
         check_writable(path, "output", file=True)
     recipe_values = load_recipe(recipe, **overrides)

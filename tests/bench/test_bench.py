@@ -513,6 +513,7 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "plan", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "steps", "--models", "quadratic_tiny,quadratc"], "Received: models='quadratc'"),  # not name=
         (
             ["--suite", "plan", "--precisions", "mixed_bfloat61"],
             "Did you mean 'mixed_bfloat16' or 'mixed_float16' or 'bfloat16'? Received: precisions='mixed_bfloat61'",
