@@ -82,6 +82,10 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["train", "--seed", "x"], "Received: seed='x'"),
         (["train", "--download", "yes"], "Received: download='yes'"),
         (["train", "--epochs", "0"], "Received: epochs=0"),
+        (  # the form it takes, shown
+            ["train", "--model-overrides", "num_heads=4"],
+            r"--model-overrides '\{num_layers = 2\}'. Received: model_overrides='num_heads=4'",
+        ),
         (["train", "--recipe", "missing.toml"], "No recipe at 'missing.toml'"),
         # Named as the user gave it (`--dataset`), not as `--name`, the run's.
         (["train", "--dataset", "missing/folder"], "No image folder .*Received: dataset='missing/folder'"),

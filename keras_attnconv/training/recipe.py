@@ -140,7 +140,9 @@ class TrainConfig:
         plain_numbers(self)
         if not isinstance(self.model_overrides, dict):
             raise ValueError(
-                f"`model_overrides` must be a table/dict. Received: model_overrides={self.model_overrides!r}"
+                "`model_overrides` must be a table/dict of the model's config fields: in a recipe "
+                "`model_overrides = {num_layers = 2}`, on the command line --model-overrides '{num_layers = 2}'. "
+                f"Received: model_overrides={self.model_overrides!r}"
             )
 
     @classmethod
