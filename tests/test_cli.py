@@ -93,6 +93,11 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
         (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
         (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
+        (["table1", "run", "--data-name", "d", "--data-file", "missing.npz"], "Received: data_file='missing.npz'"),
+        (
+            ["choices", "run", "--base", "base", "--data-name", "d", "--data-file", "missing.npz"],
+            r"`data_file` must be a file to read and digest: 'missing.npz' cannot be read \(No such file",
+        ),
         (["export", "--model", "../../x"], "Unknown model '../../x'.*Received: model='../../x'"),
         (
             ["export", "--model", "quadratic_tiny", "--compute-dtype", "bfloat17"],

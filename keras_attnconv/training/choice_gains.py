@@ -106,7 +106,7 @@ def choice_gains_report(runs, *, base, data_name, data_file, command=None, earli
         raise ValueError("Name at least one run to compare with the base. Received: runs=[]")
     if Path(base).resolve() in {Path(path).resolve() for path in runs}:
         raise ValueError(f"The base is also among the runs: its gain over itself is 0. Received: base={str(base)!r}")
-    digest = file_digest(data_file)
+    digest = file_digest(data_file, "data_file")
     records = [_finished_record(path) for path in runs]
     models = sorted({record["model"] for record in records})
     if len(models) > 1:

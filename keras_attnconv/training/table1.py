@@ -147,7 +147,7 @@ def table1_report(
             Each then records the recipes it shared the device with
             (``trained_beside``), and the tables say so beside its minutes.
     """
-    digest = file_digest(data_file)
+    digest = file_digest(data_file, "data_file")
     records = [run_record(path, device) for path in runs]
     for record in records:
         beside = [other["recipe"] for other in records if other is not record] if side_by_side else []

@@ -132,12 +132,18 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
         )
 
 
-def file_digest(path):
-    """``sha256:<hex>`` of the file at `path`."""
+def file_digest(path, argument="path"):
+    """``sha256:<hex>`` of the file at `path`; one that cannot be read is an error naming `argument`."""
     digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open(path, "rb") as data:
+            for block in iter(lambda: data.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:  # missing, a folder, unreadable: the same kind of error, saying which argument
+        raise type(error)(
+            f"`{argument}` must be a file to read and digest: {str(path)!r} cannot be read "
+            f"({error.strerror or error}). Received: {argument}={str(path)!r}"
+        ) from None
     return f"sha256:{digest.hexdigest()}"
 
 
