@@ -351,6 +351,7 @@ def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args
         (["train", "--model", "null"], r"`model` must be a non-empty string. Received: model=None"),  # not `name`
         (["train", "--recipe", "quick", "--model", "null"], r"Received: model=None"),
         (["train", "--recipe", "quick", "--model", "quadratik"], r"Did you mean 'quadratic'.*model='quadratik'"),
+        (["train", "--recipe", "quick", "--eval-split", "valid"], r"Did you mean 'validation'.*eval_split='valid'"),
         (
             [
                 "train",

@@ -250,14 +250,23 @@ def _existing_npz(path):
     return path
 
 
-def load_arrays(dataset, split, *, data_dir=None, download=False):
+def missing_split(dataset, split, splits, argument="split"):
+    """The ValueError for a `split` that `dataset` lacks: its splits, the closest, and the caller's `argument`."""
+    return ValueError(
+        f"{str(dataset)!r} has no split {split!r}; it has {sorted(splits)}.{did_you_mean(split, splits)} "
+        f"Received: {argument}={split!r}"
+    )
+
+
+def load_arrays(dataset, split, *, data_dir=None, download=False, argument="split"):
     """Images (uint8, NHWC) and labels (int64, checked to lie in [0, classes)) of one split, as NumPy arrays.
 
     Reads the embedded sample, a local .npz (``x``/``y`` hold the data of every
     split unless the file has ``x_<split>``/``y_<split>`` arrays; an optional
     ``class_names`` array states the classes) or a tfds dataset (the whole
     split in memory: CIFAR's 50,000 images take 150 MB). Everything is checked
-    here, before any training starts.
+    here, before any training starts. ``argument``: what the caller's user calls
+    the split, for the error of a split the data lacks (``"eval_split"``).
     """
     info = dataset_info(dataset)
     if dataset in TFDS_DATASETS:
@@ -265,16 +274,14 @@ def load_arrays(dataset, split, *, data_dir=None, download=False):
     elif Path(str(dataset)).expanduser().is_dir():
         from keras_attnconv.training.image_folder import folder_arrays
 
-        images, labels = folder_arrays(dataset, split)
+        images, labels = folder_arrays(dataset, split, argument)
     else:
         path = SAMPLE_PATH if dataset == "cifar10_sample" else _existing_npz(dataset)
         with _open_npz(dataset, path) as data:
             splits = _npz_splits(dataset, data.files)
             key = split if split in splits else ""
             if key not in splits:
-                raise ValueError(
-                    f"{dataset!r} has no split {split!r}; it has {sorted(splits)}. Received: split={split!r}"
-                )
+                raise missing_split(dataset, split, splits, argument)
             images_key, labels_key = splits[key]
             images = _check_images(dataset, images_key, _npz_array(dataset, data, images_key))
             labels = _integer_labels(dataset, key, _npz_array(dataset, data, labels_key))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_attnconv.training.data import DatasetInfo, _channel_statistics
+from keras_attnconv.training.data import DatasetInfo, _channel_statistics, missing_split
 from keras_attnconv.utils.files import write_atomically
 from keras_attnconv.utils.reports import usable_cpus
 
@@ -86,13 +86,14 @@ def folder_info(name):
     )
 
 
-def folder_arrays(name, split):
-    """(uint8 images NHWC, read-only; int64 labels) of one split of the image folder `name`."""
+def folder_arrays(name, split, argument="split"):
+    """(uint8 images NHWC, read-only; int64 labels) of one split of the image folder `name`.
+
+    ``argument``: what the caller's user calls the split, for the error of a split the folder lacks.
+    """
     scan = _current_scan(name)
     if split not in scan.splits:
-        raise ValueError(
-            f"{str(name)!r} has no split {split!r}; it has {sorted(scan.splits)}. Received: split={split!r}"
-        )
+        raise missing_split(name, split, scan.splits, argument)
     data = _decoded(scan)
     return data[f"x_{split}"], data[f"y_{split}"].copy()
 

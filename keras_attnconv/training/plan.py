@@ -55,7 +55,7 @@ def plan_run(config):
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
     train_arrays = load_arrays(config.dataset, "train", **data_args)
-    eval_arrays = load_arrays(config.dataset, eval_split, **data_args)
+    eval_arrays = load_arrays(config.dataset, eval_split, **data_args, argument="eval_split")
     strategy = make_strategy(config.strategy)
     replicas = replica_count(strategy)
     if config.batch_size % replicas:
