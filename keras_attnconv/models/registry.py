@@ -143,8 +143,14 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
     >>> model.name, model.count_params()
     ('quadratic_tiny', 66544)
     """
+    return _build(name, "name", dtype, seed, load_weights, overrides)
+
+
+def _build(name, argument, dtype, seed, load_weights, overrides):
+    """`build_model` for a caller whose user calls `name` `argument` (``"preset"`` for `from_preset`)."""
     if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
-        get_model_card(name, or_else=" or a preset directory")  # an unknown name: named, with the closest
+        # An unknown name: named, with the closest.
+        get_model_card(name, or_else=" or a preset directory", argument=argument)
         if load_weights is not True:
             raise ValueError(
                 f"`load_weights` is for a preset directory; {name!r} is a model name (its weights "
@@ -180,4 +186,4 @@ def from_preset(preset, *, dtype=None, load_weights=True):
     A preset is loaded in Keras' safe mode, its files checked against each
     other first (`keras_attnconv.models.presets.load_preset` says how).
     """
-    return build_model(preset, dtype=dtype, load_weights=load_weights)
+    return _build(preset, "preset", dtype, None, load_weights, {})
