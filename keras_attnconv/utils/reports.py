@@ -150,13 +150,14 @@ def machine():
 
 
 def machine_text(machine):
-    """The CPU a report was measured on: its model, CPU count (and how many the process could use, where fewer)
-    and what it has for bfloat16 and vectors."""
+    """The CPU a report was measured on: its model (with its family and model numbers, where recorded), CPU count
+    (and how many the process could use, where fewer) and what it has for bfloat16 and vectors."""
     cpu = machine.get("cpu") or {}
     usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
     confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
+    numbers = f" (family {cpu['family']}, model {cpu['model_number']})" if cpu.get("family") is not None else ""
     return (
-        f"{cpu.get('model', machine['processor'])}, {machine['cpus']} CPUs{confined} "
+        f"{cpu.get('model', machine['processor'])}{numbers}, {machine['cpus']} CPUs{confined} "
         f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})"
     )
 
@@ -206,23 +207,29 @@ def device_description():
 def cpu_capabilities(cpuinfo="/proc/cpuinfo"):
     """This CPU's model, its bfloat16 units and widest vector unit, from `cpuinfo` (Linux; unknown elsewhere).
 
-    Returns a dict: ``model``; ``bfloat16_units`` (``"AMX"``, ``"AVX-512 BF16"`` or None: no hardware
-    bfloat16 arithmetic, where oneDNN converts to float32); ``vector_units``; ``flags`` (the relevant
-    flags the CPU has, a frozenset).
+    Returns a dict: ``model``; ``family`` and ``model_number`` (the CPU's family and model numbers, or
+    None: a virtual machine's model name may be the vendor's line alone, "AMD EPYC" for each of its
+    generations, which these tell apart); ``bfloat16_units`` (``"AMX"``, ``"AVX-512 BF16"`` or None: no
+    hardware bfloat16 arithmetic, where oneDNN converts to float32); ``vector_units``; ``flags`` (the
+    relevant flags the CPU has, a frozenset).
     """
-    model, flags = "unknown", frozenset()
+    model, flags, numbers = "unknown", frozenset(), {}
     try:
         with open(cpuinfo) as lines:
             for line in lines:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
+                key, _, value = (part.strip() for part in line.partition(":"))
+                if key == "model name" and model == "unknown":
+                    model = value
+                elif key in ("cpu family", "model") and value.isdigit():
+                    numbers.setdefault(key, int(value))
+                elif key == "flags" and not flags:
                     flags = frozenset(value.split()) & (set(BFLOAT16_UNITS) | set(VECTOR_UNITS))
     except OSError:
         pass
     return {
         "model": model,
+        "family": numbers.get("cpu family"),
+        "model_number": numbers.get("model"),
         "bfloat16_units": next((name for flag, name in BFLOAT16_UNITS.items() if flag in flags), None),
         "vector_units": next((name for flag, name in VECTOR_UNITS.items() if flag in flags), None),
         "flags": flags,

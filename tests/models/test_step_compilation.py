@@ -118,8 +118,8 @@ def test_a_models_own_compile_default_takes_the_rule():
 def test_cpu_capabilities_name_the_bfloat16_and_vector_units(tmp_path, flags, units, vectors):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
-        f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
-        f"processor\t: 1\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
+        f"processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n"
+        f"processor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: Some CPU\nflags\t\t: {flags}\n"
     )
     capabilities = cpu_capabilities(str(cpuinfo))
     assert (capabilities["model"], capabilities["bfloat16_units"], capabilities["vector_units"]) == (
@@ -127,6 +127,8 @@ def test_cpu_capabilities_name_the_bfloat16_and_vector_units(tmp_path, flags, un
         units,
         vectors,
     )
+    # The family and model numbers tell apart generations a virtual machine names alike ("AMD EPYC").
+    assert (capabilities["family"], capabilities["model_number"]) == (25, 17)
 
 
 def test_cpu_capabilities_of_a_machine_without_cpuinfo_are_unknown(tmp_path):
@@ -136,6 +138,7 @@ def test_cpu_capabilities_of_a_machine_without_cpuinfo_are_unknown(tmp_path):
         None,
         frozenset(),
     )
+    assert capabilities["family"] is None and capabilities["model_number"] is None
 
 
 def pretend_cpu(monkeypatch, kind):

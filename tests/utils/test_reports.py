@@ -84,3 +84,6 @@ def test_a_report_says_how_many_cpus_a_confined_process_could_use():
         == reports.machine_text(machine)
         == ("AMD EPYC, 2 CPUs (bfloat16 units: none; vectors: AVX2)")
     )
+    # Where the family and model numbers are recorded, beside the model name.
+    numbered = {**machine, "cpu": {**machine["cpu"], "family": 25, "model_number": 17}}
+    assert reports.machine_text(numbered).startswith("AMD EPYC (family 25, model 17), 2 CPUs (")
