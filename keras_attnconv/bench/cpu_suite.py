@@ -35,6 +35,7 @@ from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, get_model_config
 from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
+from keras_attnconv.utils.console import retracing_warnings_off
 from keras_attnconv.utils.reports import json_settings, machine, machine_text, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
@@ -230,6 +231,7 @@ def _path_name(jit_compile):
     return "xla" if jit_compile else "graph"
 
 
+@retracing_warnings_off()  # a model per path and precision: each traces its own step, as meant
 def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
     """Training steps of `models` on every path (`step_paths`), in every precision, with the matmul on each path.
 
