@@ -262,7 +262,7 @@ class Neighbourhood:
     def axis_pair_index(self):
         """(n, Bq, Rk) int32 twice: every tile pair's index in a flattened (H, H) table of (query row, key row) and
         in a flattened (W, W) table of (query column, key column)."""
-        self._axis_tilings()
+        self._axis_tilings()  # a 1-D window over the token sequence has no rows and columns: its error
         query_row, query_col = np.divmod(self.query_index[:, :, None], self.width)
         key_row, key_col = np.divmod(self.region_index[:, None, :], self.width)
         return (query_row * self.height + key_row).astype("int32"), (query_col * self.width + key_col).astype("int32")
