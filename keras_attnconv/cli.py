@@ -448,9 +448,25 @@ def _choices(args):
     return _report_of_runs(args, choice_gains_report, choice_gains_markdown, base=args.base)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with this package's errors: one line, and the closest choice to a mistyped one."""
+
+    def _check_value(self, action, value):
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as error:  # a value not among the choices: `--format onxx`, `attnconv trian`
+            from keras_attnconv.utils.checks import did_you_mean
+
+            raise argparse.ArgumentError(action, f"{error.message}.{did_you_mean(value, action.choices)}") from None
+
+    def error(self, message):
+        # argparse prints its usage first; the package's other errors are one line, and so is this one.
+        self.exit(2, f"{self.prog}: error: {message} `{self.prog} --help` lists the arguments.\n")
+
+
 def build_parser():
     # No abbreviations: --epoch must not be taken for --epochs, nor a later option's prefix for an earlier one.
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnconv",
         allow_abbrev=False,
         description="keras_attnconv: self-attention as convolution (Cordonnier et al., ICLR 2020).",

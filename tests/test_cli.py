@@ -344,6 +344,26 @@ def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args
 @pytest.mark.parametrize(
     "args, message",
     [
+        (
+            ["export", "--format", "onxx"],
+            r"^attnconv export: error: argument --format: invalid choice: 'onxx' \(choose from 'saved_model', "
+            r"'onnx', 'litert'\)\. Did you mean 'onnx'\? `attnconv export --help` lists the arguments\.$",
+        ),
+        (["trian"], r"^attnconv: error: argument COMMAND: invalid choice: 'trian' \(.*\)\. Did you mean 'train'"),
+        (["bench", "--suite", "numeric"], r"^attnconv bench: error: .*'numeric' \(.*\)\. Did you mean 'numerics'\?"),
+    ],
+)
+def test_a_value_not_among_the_choices_is_one_line_with_the_closest_choice(capsys, args, message):
+    with pytest.raises(SystemExit) as exit:
+        cli.main(args)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err.strip()), err  # no usage block before it
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
         (["train", "--recipe", ""], r"`recipe` must be a non-empty path. Received: recipe=''"),  # not "no recipe"
         # none means no export in `attnconv train`; it used to mean the default folder in export and serve.
         (["export", "--model", "quadratic_tiny", "--export-dir", "none"], r"means no export.*export_dir='none'"),
