@@ -1,6 +1,7 @@
 """`attnconv bench --quick` (CPU suite) and `attnconv bench --suite gpu --quick` run and write well-formed results."""
 
 import json
+import logging
 
 import keras
 import numpy as np
@@ -434,6 +435,29 @@ def test_gpu_suite_precisions_come_from_the_command_line(tmp_path, monkeypatch):
     )
     assert measured == ["mixed_float16", "mixed_float16", "float32"]  # ResNet-18 with and without loss scaling
     assert json.loads(output.read_text())["settings"]["precisions"] == ["mixed_float16", "float32"]
+
+
+def test_the_steps_suite_drops_tensorflows_retracing_warning_while_it_builds_its_models(monkeypatch, caplog):
+    # A model per path and precision traces its own step, as meant; with more than the quick suite's two
+    # models TensorFlow warns of "retracing". The suite's builds, faked here, log that warning and stop it.
+    retracing = "6 out of the last 6 calls to <function one_step_on_data> triggered tf.function retracing."
+
+    class Built(Exception):
+        pass
+
+    def build_and_warn(*args, **kwargs):
+        logging.getLogger("tensorflow").warning(retracing)
+        raise Built
+
+    monkeypatch.setattr(cpu_suite, "matmul_step", lambda *args: None)
+    monkeypatch.setattr(cpu_suite, "_model_step", build_and_warn)
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        with pytest.raises(Built):
+            cpu_suite.model_step_benchmark(["quadratic_tiny"], ["float32"], model_batch=2, repeats=1, matmul=8)
+        assert caplog.records == []
+        with pytest.raises(Built):
+            build_and_warn()  # the same warning outside the suite is shown
+    assert [record.getMessage() for record in caplog.records] == [retracing]
 
 
 def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_path, monkeypatch):
