@@ -324,9 +324,10 @@ def _tfds_dataset(name, split, data_dir, download):
         return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
     except AssertionError:  # tensorflow-datasets' "could not find data in <data_dir>"
         raise FileNotFoundError(
-            f"{name} is not prepared in {str(data_dir or builder.data_dir)!r} (looked for {builder.data_dir}). "
-            "Pass download=True (--download true) to fetch it with tensorflow-datasets, or point data_dir at a "
-            f"directory that holds it. Received: data_dir={str(data_dir or builder.data_dir)!r}"
+            f"The tensorflow-datasets dataset {name!r} is not prepared in {builder.data_dir}. Pass "
+            "download=True (--download true) to fetch it, data_dir (--data-dir) a directory that holds it, or "
+            "dataset (--dataset) an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file. "
+            f"Received: data_dir={data_dir!r}"
         ) from None
 
 

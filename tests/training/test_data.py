@@ -1,5 +1,7 @@
 """Specifications of the data pipeline: embedded sample, local .npz, tfds without download, augmentation."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -88,9 +90,21 @@ def test_bad_npz_contents_are_rejected(tmp_path):
         data.load_arrays(str(tmp_path / "missing.npz"), "train")
 
 
-def test_missing_tfds_data_without_download_names_the_data_dir(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f"not prepared.*download=True.*Received: data_dir='{tmp_path}'"):
-        data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=False)
+@pytest.mark.parametrize("given", ["a folder", None])
+def test_missing_tfds_data_without_download_names_the_data_dir_and_the_other_ways(tmp_path, monkeypatch, given):
+    from tensorflow_datasets.core import constants
+
+    monkeypatch.setattr(constants, "DATA_DIR", str(tmp_path / "default"))  # where tensorflow-datasets looks at first
+    data_dir = None if given is None else str(tmp_path / given)
+    looked_in = re.escape(str(tmp_path / (given or "default") / "cifar10" / ""))
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"^The tensorflow-datasets dataset 'cifar10' is not prepared in {looked_in}.*Pass download=True "
+        r"\(--download true\) to fetch it, data_dir \(--data-dir\) a directory that holds it, or dataset "
+        r"\(--dataset\) an image folder .* or a \.npz file\. "
+        f"Received: data_dir={re.escape(repr(data_dir))}$",
+    ):
+        data.load_dataset("cifar10", "train", batch_size=8, data_dir=data_dir, download=False)
 
 
 def test_unknown_dataset_is_named_with_a_suggestion():
