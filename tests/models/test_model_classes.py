@@ -138,6 +138,47 @@ def test_images_of_another_channel_count_are_refused_naming_both(name, channels)
 
 
 @pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
+@pytest.mark.parametrize("size", [6, 16])
+def test_images_of_another_size_are_refused_naming_both(name, size):
+    # On JAX, `predict` and `fit` call `call` without Keras' input check: the attention model used to take the
+    # other grid, and both families to answer for images of a size they never saw.
+    model = build_model(name, **(SMALL if name == "quadratic_tiny" else {"image_size": 8}))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    images = np.zeros((2, size, size, 3), np.uint8)
+    message = r"takes 8x8 images, the size it was built for.*Received: images of shape \({batch}, {size}, {size}, 3\)"
+    with pytest.raises(ValueError, match=message.format(batch=2, size=size)):
+        model(images)
+    with pytest.raises(ValueError, match=message.format(batch=2, size=size)):
+        model.predict(images, verbose=0)
+    with pytest.raises(ValueError, match=message.format(batch="(?:2|None)", size=size)):  # TensorFlow: traced
+        model.fit(images, np.zeros(2), verbose=0)
+
+
+@pytest.mark.parametrize("call", ["predict", "evaluate", "fit", "first fit"])
+def test_a_refused_batch_leaves_the_model_its_weights(call):
+    # Keras' JAX trainer detaches the weights while it runs: an error before its first step used to leave the
+    # model without them ("'NoneType' object is not callable" at the next call), a trained model's weights lost.
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    labels = np.zeros(2)
+    if call != "first fit":  # else the optimizer's and the metrics' variables are made by the refused call
+        model.fit(pixels(), labels, verbose=0)
+    weights, logits = model.get_weights(), model.predict(pixels(), verbose=0)
+    refused = {
+        "predict": lambda x: model.predict(x, verbose=0),
+        "evaluate": lambda x: model.evaluate(x, labels, verbose=0),
+        "fit": lambda x: model.fit(x, labels, verbose=0),
+    }
+    with pytest.raises(ValueError, match="takes uint8 images"):
+        refused[call.split()[-1]](pixels().astype("float32"))
+    for before, after in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    np.testing.assert_array_equal(model.predict(pixels(), verbose=0), logits)
+    model.fit(pixels(), labels, verbose=0)  # and it trains on
+    assert np.isfinite(model.evaluate(pixels(), labels, verbose=0)).all()
+
+
+@pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
 def test_a_batch_of_no_images_is_refused_by_every_family_alike(name):
     # A ResNet's batch normalisation used to fail with a message about its input's channels.
     model = build_model(name, **(SMALL if name == "quadratic_tiny" else {"image_size": 8}))
