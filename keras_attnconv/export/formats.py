@@ -1,6 +1,7 @@
 """The format writers: a SavedModel with TF Serving's warm-up requests, ONNX and LiteRT files."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -106,7 +107,10 @@ def write_single_file(model, staging, format, description):
     path = staging / VERSION_FILES[format]
     # The signature given, not taken from the model: Keras' own needs a model that has been called once.
     signature = [tf.TensorSpec((None, size, size, 3), tf.uint8, name="images")]
-    model.export(str(path), format=format, verbose=False, input_signature=signature)
+    with warnings.catch_warnings():
+        # Keras' ONNX export probes `np.object`, which NumPy 2 answers with a FutureWarning meant for Keras.
+        warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
+        model.export(str(path), format=format, verbose=False, input_signature=signature)
     if format == "onnx":
         import onnx
 

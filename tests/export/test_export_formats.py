@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -181,3 +182,17 @@ def test_an_export_its_runtime_cannot_check_says_it_was_published_unchecked(monk
     check_in_runtime(build_model("quadratic_tiny", image_size=8), tmp_path, "litert", "quadratic_tiny")
     err = capsys.readouterr().err
     assert "litert export of quadratic_tiny was not run" in err and "keras-attnconv[export]" in err
+
+
+def test_the_onnx_export_shows_the_user_no_warning_of_keras_own(monkeypatch, tmp_path):
+    # Keras' ONNX export probes `np.object`, which NumPy 2 answers with a FutureWarning for Keras, not the user.
+    from keras_attnconv.export.formats import write_single_file
+
+    with warnings.catch_warnings():  # as in a new process: Keras sets `np.object` after its first probe
+        warnings.simplefilter("ignore", FutureWarning)  # the probe of `delattr` itself
+        monkeypatch.delattr(np, "object", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_single_file(build_model("quadratic_tiny", num_layers=1, image_size=8), tmp_path, "onnx", {})
+    assert (tmp_path / "model.onnx").exists()
+    assert [str(warning.message) for warning in caught if "np.object" in str(warning.message)] == []
