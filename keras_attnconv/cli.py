@@ -461,7 +461,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         # argparse prints its usage first; the package's other errors are one line, and so is this one.
-        self.exit(2, f"{self.prog}: error: {message} `{self.prog} --help` lists the arguments.\n")
+        end = "" if message.endswith((".", "?")) else "."  # argparse's own messages end with no full stop
+        self.exit(2, f"{self.prog}: error: {message}{end} `{self.prog} --help` lists the arguments.\n")
 
 
 def build_parser():

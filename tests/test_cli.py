@@ -167,10 +167,13 @@ def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
     with native_log_filter():
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
         os.write(2, b"I0000 00:00:1795451018.238620    2360 cudart_stub.cc:31] Could not find cuda drivers\n")
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")  # LiteRT's, checking an export
         os.write(2, b"E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\n")
+        os.write(2, b"INFO: another notice of LiteRT's\n")
         os.write(2, b"a Python warning\n")
     assert capfd.readouterr().err == (
-        "E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\na Python warning\n"
+        "E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\nINFO: another notice of LiteRT's\n"
+        "a Python warning\n"
     )
 
 
@@ -351,9 +354,15 @@ def test_an_unknown_flag_is_one_line_with_the_commands_closest_flag(capsys, args
         ),
         (["trian"], r"^attnconv: error: argument COMMAND: invalid choice: 'trian' \(.*\)\. Did you mean 'train'"),
         (["bench", "--suite", "numeric"], r"^attnconv bench: error: .*'numeric' \(.*\)\. Did you mean 'numerics'\?"),
+        (
+            ["serve", "quadratic_tiny"],
+            r"^attnconv serve: error: the following arguments are required: version\. `attnconv serve --help` lists",
+        ),
     ],
 )
-def test_a_value_not_among_the_choices_is_one_line_with_the_closest_choice(capsys, args, message):
+def test_a_bad_or_missing_argument_is_one_line_and_a_value_not_among_the_choices_gets_the_closest(
+    capsys, args, message
+):
     with pytest.raises(SystemExit) as exit:
         cli.main(args)
     assert exit.value.code == 2
