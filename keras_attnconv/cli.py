@@ -583,15 +583,25 @@ def build_parser():
     plotting.add_argument("--dpi", type=float, default=100, help="resolution of the PNG files (default 100)")
     plotting.set_defaults(handler=_plot)
 
-    converting = add("convert", help="turn a random Conv2D into attention (Theorem 1), print the error")
-    converting.add_argument("--kernel-size", type=int, default=3)
-    converting.add_argument("--filters", type=int, default=8)
-    converting.add_argument("--channels", type=int, default=4)
-    converting.add_argument("--size", type=int, default=16)
-    converting.add_argument("--strides", type=int, default=1)
-    converting.add_argument("--dilation", type=int, default=1)
-    converting.add_argument("--padding", choices=("same", "valid"), default="same")
-    converting.add_argument("--seed", type=int, default=0)
+    converting = add(
+        "convert",
+        help="turn a random Conv2D into attention (Theorem 1), print the error",
+        description="Builds a Conv2D with random weights, the attention layer that computes it (Theorem 1: one "
+        "quadratic head per kernel tap), runs both on random images and prints the largest and the relative error.",
+    )
+    for flag, default, meaning in (
+        ("--kernel-size", 3, "the kernel's height and width"),
+        ("--filters", 8, "the convolution's output channels"),
+        ("--channels", 4, "the images' input channels"),
+        ("--size", 16, "the images' height and width"),
+        ("--strides", 1, "the convolution's strides"),
+        ("--dilation", 1, "the kernel's dilation"),
+    ):
+        converting.add_argument(flag, type=int, default=default, help=f"{meaning} (default %(default)s)")
+    converting.add_argument(
+        "--padding", choices=("same", "valid"), default="same", help="the convolution's padding (default %(default)s)"
+    )
+    converting.add_argument("--seed", type=int, default=0, help="seed of the weights and the images (default 0)")
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")

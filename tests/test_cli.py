@@ -4,6 +4,7 @@ no native start-up noise, and each command writing or printing what its library 
 The library functions behind the commands are specified in their own test files
 (training, export, comparison, figures, conversion, benchmarks)."""
 
+import argparse
 import os
 import re
 import shutil
@@ -579,3 +580,15 @@ def test_a_chart_needs_matplotlib_and_its_absence_keeps_the_results(tmp_path, ca
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what a machine without it raises on import
     assert cli._write_chart("plot_comparison", {"rows": []}, str(tmp_path / "chart")) is False
     assert capsys.readouterr().err.startswith("no chart: ") and list(tmp_path.iterdir()) == []
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    parser = cli.build_parser()
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    silent = [
+        f"attnconv {name} {'/'.join(action.option_strings) or action.dest}"
+        for name, command in commands.choices.items()
+        for action in command._actions
+        if not action.help and action.help != argparse.SUPPRESS
+    ]
+    assert silent == []
