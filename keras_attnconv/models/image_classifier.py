@@ -21,7 +21,7 @@ import numpy as np
 from keras_attnconv.layers import MirrorAverage, MirroredBatch, PixelNormalization
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
-from keras_attnconv.models.kept_weights import note_values_to_detach, weights_kept_on_error
+from keras_attnconv.models.failed_calls import model_kept_on_error, note_values_to_detach
 from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.models.training_state import build_training_state
 from keras_attnconv.models.validation import dtype_policy
@@ -263,13 +263,16 @@ class ImageClassifier(keras.Model):
                 f"{tuple(images.shape)}, {images.shape[-1]} channels"
             )
         size = self.config.image_size
-        if any(side is not None and side != size for side in images.shape[1:3]):
+        if tuple(images.shape[1:3]) != (size, size):
             # Keras' input check catches this in `__call__` but not in `fit`/`predict` on JAX, which call `call`:
             # there the attention layers would take the other grid and the model answer for images it never saw.
+            # An unknown size is a generator's batches of several sizes, traced by TensorFlow as one.
+            unknown = " (not known when traced: batches of several sizes?)" if None in images.shape[1:3] else ""
             raise ValueError(
                 f"{type(self).__name__} {self.name!r} takes {size}x{size} images, the size it was built for "
                 f"(batch, {size}, {size}, 3). Resize them first (keras.ops.image.resize), or build a model for "
-                f"their size (build_model(name, image_size=...)). Received: images of shape {tuple(images.shape)}"
+                f"their size (build_model(name, image_size=...)). Received: images of shape "
+                f"{tuple(images.shape)}{unknown}"
             )
         if _only_shapes():  # the shapes are the data's (Keras' build in `fit` checks them here), the dtype may not be
             return
@@ -346,15 +349,15 @@ class ImageClassifier(keras.Model):
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
             self._check_labels(validation[1], "validation_data")
         build_training_state(self, x, y)
-        with weights_kept_on_error(self):
+        with model_kept_on_error(self):
             return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        with weights_kept_on_error(self):
+        with model_kept_on_error(self):
             return super().evaluate(x, y, *args, **kwargs)
 
     def _purge_model_variables(self, *args, **kwargs):
-        # Keras' JAX trainer detaches the variables' values for the length of a call: noted first (kept_weights).
+        # Keras' JAX trainer detaches the variables' values for the length of a call: noted first (failed_calls).
         note_values_to_detach(self)
         return super()._purge_model_variables(*args, **kwargs)
 
@@ -382,7 +385,7 @@ class ImageClassifier(keras.Model):
             raise ValueError(
                 f"{type(self).__name__} {self.name!r} got no images to predict. Received: x of shape {tuple(x.shape)}"
             )
-        with weights_kept_on_error(self):
+        with model_kept_on_error(self):
             return super().predict(x, *args, **kwargs)
 
     @property
