@@ -494,7 +494,7 @@ def build_parser():
 
     import dataclasses
 
-    from keras_attnconv.training.recipe import TrainConfig
+    from keras_attnconv.training.recipe import FIELD_MEANINGS, TrainConfig
 
     recipes = add("recipes", help="the package's recipes (the paper's configurations) with their paper rows")
     recipes.set_defaults(handler=_recipes)
@@ -513,7 +513,7 @@ def build_parser():
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             metavar="VALUE",
-            help=f"recipe field {field.name} (default {_describe_default(field)})",
+            help=f"{FIELD_MEANINGS[field.name]} (recipe field {field.name}, default {_describe_default(field)})",
         )
     # Not recipe fields: they differ from process to process of one run (Keras' KERAS_DISTRIBUTION_* variables
     # give them too).

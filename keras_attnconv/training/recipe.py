@@ -155,6 +155,39 @@ class TrainConfig:
 #: The fields whose value can be omitted (None; "none" in a recipe or on the command line).
 OPTIONAL_FIELDS = ("data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
 
+# What each field is, in a line: `attnconv train --help` shows it beside the flag (a test keeps it whole).
+FIELD_MEANINGS = {
+    "name": "the run's name, its directory's under runs_dir (-1, -2, ... after finished runs)",
+    "model": "a registered model (attnconv list)",
+    "model_overrides": "fields of the model's config, a TOML table: '{num_layers = 2}'",
+    "dataset": "cifar10 or cifar100 (tensorflow-datasets), cifar10_sample (in the package), a .npz or an image folder",
+    "data_dir": "where tensorflow-datasets keeps its data",
+    "download": "let tensorflow-datasets download the dataset",
+    "eval_split": "the split evaluated each epoch and at the end (none: test; validation for cifar10_sample)",
+    "epochs": "epochs of training",
+    "batch_size": "images per step, over all devices",
+    "learning_rate": "SGD's rate after the warm-up",
+    "momentum": "SGD's momentum",
+    "weight_decay": "L2 weight decay, added to the gradient before momentum (the official code's)",
+    "label_smoothing": "label smoothing of the loss' targets (0: none)",
+    "ema_momentum": "momentum of an exponential moving average of the weights, validated and exported (0: none)",
+    "cutout": "side of a square of each training image set to the mean pixel (0: none)",
+    "warmup_ratio": "the linear warm-up's share of the run",
+    "min_warmup_epochs": "the shortest warm-up, in epochs (at most half the run)",
+    "schedule": "per_step, or official: the rate set once per epoch as in the official code",
+    "decay_centers_and_spreads": "weight decay on the attention centers and spreads too (false: the official code's)",
+    "normalization": "the pixel statistics: dataset (its training split's), or official (the official code's)",
+    "precision": "float32, mixed_bfloat16 or mixed_float16",
+    "jit_compile": "true (XLA), false, or auto: this device's path measured fastest",
+    "strategy": "default, mirrored, multi_worker or data_parallel: how the run spreads over devices",
+    "seed": "seed of the weights, the data's order, the augmentation and dropout (none: drawn)",
+    "steps_per_epoch": "steps an epoch, cut from endless passes over the data (none: one pass)",
+    "runs_dir": "the directory of the run directories",
+    "run_dir": "the run directory itself (none: the next free one under runs_dir)",
+    "export_dir": "where the trained model is exported for TF Serving (none: no export)",
+    "verbose": "Keras' progress output: 0, 1 or 2",
+}
+
 
 def check_cutout(cutout, image_size=None):
     """Raises ValueError naming `cutout` unless it is 0 (none) or a square's side, smaller than the images'

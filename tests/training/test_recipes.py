@@ -77,3 +77,15 @@ def test_models_md_lists_every_recipe_under_the_family_of_the_configuration_it_t
         model = load_recipe(path.stem).model
         expected[path.stem] = (get_model_card(model).family, model)
     assert listed == expected
+
+
+def test_train_help_says_what_each_recipe_field_is():
+    # `attnconv train --help` shows a line per field: a field added without one would have a blank line.
+    from keras_attnconv.training.recipe import FIELD_MEANINGS, TrainConfig
+
+    assert list(FIELD_MEANINGS) == [field.name for field in dataclasses.fields(TrainConfig)]
+    parser = cli.build_parser()
+    commands = next(action for action in parser._actions if action.dest == "command")
+    helps = {action.dest: action.help for action in commands.choices["train"]._actions}
+    assert helps["epochs"] == "epochs of training (recipe field epochs, default 300)"
+    assert all(helps[field].startswith(FIELD_MEANINGS[field]) for field in FIELD_MEANINGS)
