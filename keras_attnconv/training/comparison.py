@@ -102,12 +102,13 @@ def _encoding(name):
 def markdown_table(results):
     """The comparison as a markdown table, best final accuracy first."""
     lines = [
-        f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} epochs, "
+        f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} "
+        f"epoch{'' if results['epochs'] == 1 else 's'}, "
         f"{results['precision']}, seed {results['seed']}), accuracy on the {results['eval_split']} split; "
         f"{results['machine']['cpus']} CPUs, Keras {results['machine']['keras']} on "
         f"{results['machine']['backend']}.",
         "",
-        "| model | encoding | params | accuracy | best epoch | train images/s | wall time |",
+        "| model | encoding | params | final accuracy | best epoch's accuracy | train images/s | wall time |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in sorted(results["rows"], key=lambda r: -r["eval_accuracy"]):

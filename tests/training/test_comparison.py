@@ -198,6 +198,8 @@ def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
         "rows": rows,
     }
     table = markdown_table(results)
+    assert table.startswith("Recipe `r.toml` (d, 1 epoch, float32, seed 0)")  # not "1 epochs"
+    assert "| final accuracy | best epoch's accuracy |" in table  # the best epoch's is an accuracy, not a number
     assert "| `a_tiny` | a_tiny | 1k | 25.0% | - | - | 1.0 min |" in table
     assert "| `a_local_tiny` | 25.0% | - | `a_tiny` | 25.0% | - |" in table
 
