@@ -270,7 +270,7 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
     """
     info = dataset_info(dataset)
     if dataset in TFDS_DATASETS:
-        images, labels = _tfds_arrays(_tfds_dataset(dataset, split, data_dir, download))
+        images, labels = _tfds_arrays(_tfds_dataset(dataset, split, data_dir, download, argument))
     elif Path(str(dataset)).expanduser().is_dir():
         from keras_attnconv.training.image_folder import folder_arrays
 
@@ -306,7 +306,7 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
     return images, labels.astype("int64")
 
 
-def _tfds_dataset(name, split, data_dir, download):
+def _tfds_dataset(name, split, data_dir, download, argument="split"):
     """The split as tensorflow-datasets gives it; downloads only with `download`.
 
     Whether the data is there, and which splits it has, is left to tensorflow-datasets' own `as_dataset`
@@ -319,7 +319,7 @@ def _tfds_dataset(name, split, data_dir, download):
     if download:
         builder.download_and_prepare()  # nothing to do where the data is prepared
     if builder.info.splits and split not in builder.info.splits:  # none known: unprepared, or mocked from code
-        raise ValueError(f"{name} has splits {sorted(builder.info.splits)}. Received: split={split!r}")
+        raise missing_split(name, split, builder.info.splits, argument)
     try:
         return builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
     except AssertionError:  # tensorflow-datasets' "could not find data in <data_dir>"

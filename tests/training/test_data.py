@@ -107,6 +107,21 @@ def test_missing_tfds_data_without_download_names_the_data_dir_and_the_other_way
         data.load_dataset("cifar10", "train", batch_size=8, data_dir=data_dir, download=False)
 
 
+def test_a_split_a_tfds_dataset_lacks_is_named_with_the_closest_and_the_users_argument(monkeypatch):
+    # As a .npz's or a folder's missing split is: `--eval-split tset` names eval_split and suggests 'test'.
+    import types
+
+    import tensorflow_datasets as tfds
+
+    prepared = types.SimpleNamespace(info=types.SimpleNamespace(splits={"train": None, "test": None}))
+    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: prepared)
+    message = r"^'cifar10' has no split 'tset'; it has \['test', 'train'\]\. Did you mean 'test'\? Received: {}='tset'$"
+    with pytest.raises(ValueError, match=message.format("eval_split")):
+        data.load_arrays("cifar10", "tset", argument="eval_split")
+    with pytest.raises(ValueError, match=message.format("split")):
+        data.load_dataset("cifar10", "tset", batch_size=8)
+
+
 def test_unknown_dataset_is_named_with_a_suggestion():
     with pytest.raises(ValueError, match="Did you mean 'cifar10'.*dataset='cifar11'"):
         data.load_dataset("cifar11", "train", batch_size=8)
