@@ -601,7 +601,9 @@ def build_parser():
     converting.add_argument(
         "--padding", choices=("same", "valid"), default="same", help="the convolution's padding (default %(default)s)"
     )
-    converting.add_argument("--seed", type=int, default=0, help="seed of the weights and the images (default 0)")
+    converting.add_argument(
+        "--seed", type=int, default=0, help="seed of the weights and the images (default %(default)s)"
+    )
     converting.set_defaults(handler=_convert)
 
     benchmarking = add("bench", help="benchmark the attention paths and the models' training steps")

@@ -247,9 +247,9 @@ class ImageClassifier(keras.Model):
         return {}
 
     def _check_images(self, inputs):
+        size = self.config.image_size
         flat = keras.tree.flatten(inputs)
         if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
-            size = self.config.image_size
             raise ValueError(
                 f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
                 f"{size}, 3); stack a list of images first (np.stack). "
@@ -258,11 +258,9 @@ class ImageClassifier(keras.Model):
         (images,) = flat
         if images.shape[-1] is not None and images.shape[-1] != 3:  # a grayscale batch would be broadcast
             raise ValueError(
-                f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, "
-                f"{self.config.image_size}, {self.config.image_size}, 3). Received: images of shape "
-                f"{tuple(images.shape)}, {images.shape[-1]} channels"
+                f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, {size}, {size}, "
+                f"3). Received: images of shape {tuple(images.shape)}, {images.shape[-1]} channels"
             )
-        size = self.config.image_size
         if tuple(images.shape[1:3]) != (size, size):
             # Keras' input check catches this in `__call__` but not in `fit`/`predict` on JAX, which call `call`:
             # there the attention layers would take the other grid and the model answer for images it never saw.
