@@ -448,6 +448,11 @@ def _choices(args):
     return _report_of_runs(args, choice_gains_report, choice_gains_markdown, base=args.base)
 
 
+def _help_hint(where):
+    """The end of every command-line error: where the arguments are listed."""
+    return f"`{where} --help` lists the arguments."
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with this package's errors: one line, and the closest choice to a mistyped one."""
 
@@ -462,7 +467,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # argparse prints its usage first; the package's other errors are one line, and so is this one.
         end = "" if message.endswith((".", "?")) else "."  # argparse's own messages end with no full stop
-        self.exit(2, f"{self.prog}: error: {message}{end} `{self.prog} --help` lists the arguments.\n")
+        self.exit(2, f"{self.prog}: error: {message}{end} {_help_hint(self.prog)}\n")
 
 
 def build_parser():
@@ -767,8 +772,8 @@ def _refuse_unknown_arguments(parser, args, unknown):
     where = f"attnconv {command}" if command else "attnconv"
     first = unknown[0].split("=")[0]
     print(
-        f"{where}: error: unknown argument {first!r}.{did_you_mean(first, flags)} `{where} --help` lists "
-        f"the arguments. Received: {' '.join(unknown)}",
+        f"{where}: error: unknown argument {first!r}.{did_you_mean(first, flags)} {_help_hint(where)} "
+        f"Received: {' '.join(unknown)}",
         file=sys.stderr,
     )
     return 2
