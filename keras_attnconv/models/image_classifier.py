@@ -22,6 +22,7 @@ from keras_attnconv.layers import MirrorAverage, MirroredBatch, PixelNormalizati
 from keras_attnconv.layers.pixel_normalization import check_normalization
 from keras_attnconv.models.cifar import CIFAR10_CLASSES, CIFAR10_MEAN, CIFAR10_STD
 from keras_attnconv.models.failed_calls import model_kept_on_error, note_values_to_detach
+from keras_attnconv.models.image_input import check_images, checked_python_batches
 from keras_attnconv.models.step_compilation import resolve_jit_compile_for
 from keras_attnconv.models.training_state import build_training_state
 from keras_attnconv.models.validation import dtype_policy
@@ -133,28 +134,6 @@ def _loss_name(loss):
     return repr(loss) if isinstance(loss, str) else getattr(loss, "__name__", repr(loss))
 
 
-def _only_shapes():
-    """Whether Keras is computing output shapes only (``compute_output_spec``).
-
-    There the input's dtype need not be the data's: under tf.distribute, Keras
-    builds the model from the replicas' first batches averaged, as floats.
-    """
-    try:
-        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
-    except ImportError:  # another Keras layout: check always
-        return False
-    return in_symbolic_scope()
-
-
-def _describe(inputs):
-    """What a model was called on, in a few words: a type and shapes, never the values."""
-    if isinstance(inputs, (list, tuple, dict)):
-        shapes = [tuple(x.shape) if hasattr(x, "shape") else type(x).__name__ for x in keras.tree.flatten(inputs)]
-        shown = ", ".join(map(str, shapes[:3])) + (", ..." if len(shapes) > 3 else "")
-        return f"a {type(inputs).__name__} of {len(shapes)} items ({shown})"
-    return f"an array of shape {tuple(inputs.shape)}" if hasattr(inputs, "shape") else repr(inputs)[:80]
-
-
 class ImageClassifier(keras.Model):
     """Base class of the zoo's models: uint8 images -> `PixelNormalization` -> features -> pool -> float32 logits.
 
@@ -247,49 +226,20 @@ class ImageClassifier(keras.Model):
         return {}
 
     def _check_images(self, inputs):
-        size = self.config.image_size
-        flat = keras.tree.flatten(inputs)
-        if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} takes one uint8 array of images (batch, {size}, "
-                f"{size}, 3); stack a list of images first (np.stack). "
-                f"Received: images={_describe(inputs)}"
-            )
-        (images,) = flat
-        if images.shape[-1] is not None and images.shape[-1] != 3:  # a grayscale batch would be broadcast
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} takes RGB images, 3 channels last (batch, {size}, {size}, "
-                f"3). Received: images of shape {tuple(images.shape)}, {images.shape[-1]} channels"
-            )
-        if tuple(images.shape[1:3]) != (size, size):
-            # Keras' input check catches this in `__call__` but not in `fit`/`predict` on JAX, which call `call`:
-            # there the attention layers would take the other grid and the model answer for images it never saw.
-            # An unknown size is a generator's batches of several sizes, traced by TensorFlow as one.
-            unknown = " (not known when traced: batches of several sizes?)" if None in images.shape[1:3] else ""
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} takes {size}x{size} images, the size it was built for "
-                f"(batch, {size}, {size}, 3). Resize them first (keras.ops.image.resize), or build a model for "
-                f"their size (build_model(name, image_size=...)). Received: images of shape "
-                f"{tuple(images.shape)}{unknown}"
-            )
-        if _only_shapes():  # the shapes are the data's (Keras' build in `fit` checks them here), the dtype may not be
-            return
-        dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
-        if dtype != "uint8":
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} takes uint8 images, the raw pixels: it normalises "
-                "them itself. Pass the pixels before any scaling (e.g. keras.ops.cast(images, 'uint8') "
-                f"for float pixels in [0, 255]). Received: images of dtype {dtype}"
-            )
+        check_images(self._in_words, self.config.image_size, inputs)
+
+    def _checked_batches(self, data):
+        return checked_python_batches(data, self._in_words, self.config.image_size)
+
+    @property
+    def _in_words(self):
+        return f"{type(self).__name__} {self.name!r}"
 
     def __call__(self, inputs, *args, **kwargs):
         self._check_images(inputs)  # here too, before Keras adds the whole input tensor to the message
         shape = getattr(keras.tree.flatten(inputs)[0], "shape", ())
         if len(shape) and shape[0] == 0:  # as `predict`: a ResNet's layers fail on it with a misleading message
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} got no images to classify. "
-                f"Received: images of shape {tuple(shape)}"
-            )
+            raise ValueError(f"{self._in_words} got no images to classify. Received: images of shape {tuple(shape)}")
         return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
@@ -318,7 +268,7 @@ class ImageClassifier(keras.Model):
         for item in keras.tree.flatten(loss):
             if _reads_probabilities(item):
                 raise ValueError(
-                    f"{type(self).__name__} {self.name!r} outputs logits, and this loss would read "
+                    f"{self._in_words} outputs logits, and this loss would read "
                     "them as probabilities. Pass a loss with from_logits=True, e.g. keras.losses."
                     "SparseCategoricalCrossentropy(from_logits=True), or compile() without a loss for "
                     f"that one. Received: loss={_loss_name(item)}"
@@ -347,12 +297,14 @@ class ImageClassifier(keras.Model):
         if isinstance(validation, (tuple, list)) and len(validation) >= 2:
             self._check_labels(validation[1], "validation_data")
         build_training_state(self, x, y)
+        if "validation_data" in kwargs:
+            kwargs["validation_data"] = self._checked_batches(kwargs["validation_data"])
         with model_kept_on_error(self):
-            return super().fit(x, y, *args, **kwargs)
+            return super().fit(self._checked_batches(x), y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         with model_kept_on_error(self):
-            return super().evaluate(x, y, *args, **kwargs)
+            return super().evaluate(self._checked_batches(x), y, *args, **kwargs)
 
     def _purge_model_variables(self, *args, **kwargs):
         # Keras' JAX trainer detaches the variables' values for the length of a call: noted first (failed_calls).
@@ -374,17 +326,15 @@ class ImageClassifier(keras.Model):
         if sparse and not (labels.min() >= 0 and labels.max() < self.config.num_classes):
             bad = labels.min() if labels.min() < 0 else labels.max()
             raise ValueError(
-                f"{type(self).__name__} {self.name!r} has {self.config.num_classes} classes: labels "
+                f"{self._in_words} has {self.config.num_classes} classes: labels "
                 f"must lie in [0, {self.config.num_classes}). Received: {argument} with the label {bad}"
             )
 
     def predict(self, x, *args, **kwargs):
         if hasattr(x, "shape") and len(x.shape) and x.shape[0] == 0:  # Keras fails on it with an UnboundLocalError
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} got no images to predict. Received: x of shape {tuple(x.shape)}"
-            )
+            raise ValueError(f"{self._in_words} got no images to predict. Received: x of shape {tuple(x.shape)}")
         with model_kept_on_error(self):
-            return super().predict(x, *args, **kwargs)
+            return super().predict(self._checked_batches(x), *args, **kwargs)
 
     @property
     def class_names(self):

@@ -155,18 +155,32 @@ def test_images_of_another_size_are_refused_naming_both(name, size):
 
 
 class _Batches(keras.utils.PyDataset):
-    """Batches of (images, labels), the one at `refused` of 6x6 images, which the 8x8 model refuses."""
+    """Batches of (images, labels). Those at the indices `refused` have 6x6 images, which the 8x8 model refuses,
+    or with `refused_part="labels"`, labels of rank 3, which the loss refuses when the step is traced."""
 
-    def __init__(self, refused, count=2):
+    def __init__(self, refused=(), count=2, refused_part="images"):
         super().__init__()
-        self.refused, self.count = refused, count
+        self.refused, self.count, self.refused_part = refused, count, refused_part
 
     def __len__(self):
         return self.count
 
     def __getitem__(self, index):
-        images = pixels(size=6 if index == self.refused else 8)
-        return images, np.zeros(len(images))
+        refused = index in self.refused
+        images = pixels(size=6 if refused and self.refused_part == "images" else 8)
+        return images, np.zeros((len(images), 2, 2) if refused and self.refused_part == "labels" else len(images))
+
+
+def _compiled_small_model():
+    model = build_model("quadratic_tiny", seed=0, **SMALL)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(True),
+        # JAX's compiled step is what consumes the values; TensorFlow's tf.function fails alike without XLA,
+        # whose compilations would take most of these tests' time there.
+        jit_compile=keras.backend.backend() == "jax",
+    )
+    return model
 
 
 @pytest.mark.parametrize("refused", [0, 1], ids=["first batch", "second batch"])
@@ -174,30 +188,73 @@ class _Batches(keras.utils.PyDataset):
 def test_a_refused_batch_leaves_the_model_as_it_was(call, refused):
     # On JAX, Keras' trainer detaches the weights while it runs and gives each step's values to the next step:
     # an error used to leave the model without them ("'NoneType' object is not callable" at the next call), a
-    # trained model's weights lost; the values before the call are no use after a step, which consumed them. On
-    # TensorFlow, a first fit failing on a generator made the next fit fail ("Creating variables on a
-    # non-first call").
-    model = build_model("quadratic_tiny", seed=0, **SMALL)
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.1),
-        loss=keras.losses.SparseCategoricalCrossentropy(True),
-        # JAX's compiled step is what consumes the values; TensorFlow's tf.function fails alike without XLA,
-        # whose compilations would take most of this test's time there.
-        jit_compile=keras.backend.backend() == "jax",
-    )
+    # trained model's weights lost; the values before the call are no use after a step, which consumed them.
+    model = _compiled_small_model()
     if call != "first fit":  # else the optimizer's and the metrics' variables are made by the refused call
-        model.fit(_Batches(refused=None), verbose=0)
+        model.fit(_Batches(), verbose=0)
     weights, logits = model.get_weights(), model.predict(pixels(), verbose=0)
     with pytest.raises(ValueError, match="takes 8x8 images"):
-        getattr(model, call.split()[-1])(_Batches(refused), verbose=0)
+        getattr(model, call.split()[-1])(_Batches(refused=[refused]), verbose=0)
     if "fit" in call and refused:  # a step trained before the refused batch, and the model keeps it
         assert np.isfinite(model.predict(pixels(), verbose=0)).all()
     else:
         for before, after in zip(weights, model.get_weights()):
             np.testing.assert_array_equal(before, after)
         np.testing.assert_array_equal(model.predict(pixels(), verbose=0), logits)
-    model.fit(_Batches(refused=None), verbose=0)  # and it trains on
+    model.fit(_Batches(), verbose=0)  # and it trains on
     assert np.isfinite(model.evaluate(pixels(), np.zeros(2), verbose=0)).all()
+
+
+def test_a_first_fit_refused_while_its_step_is_traced_leaves_the_model_able_to_train():
+    # On TensorFlow, the first trace of a PyDataset's step creates the optimizer's variables: a first fit
+    # failing in that trace made every next fit fail ("Creating variables on a non-first call").
+    model = _compiled_small_model()
+    weights = model.get_weights()
+    # The loss's words: TensorFlow's check of the labels' rank, JAX's squeeze of their last axis.
+    with pytest.raises(ValueError, match=r"target.shape=\(None, 2, 2\)|got shape=\(2, 2\)"):
+        model.fit(_Batches(refused=range(2), refused_part="labels"), verbose=0)
+    for before, after in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    model.fit(_Batches(), verbose=0)
+    assert np.isfinite(model.evaluate(pixels(), np.zeros(2), verbose=0)).all()
+
+
+def _float_batches(float_at, batch_count=3):
+    """(images, labels) batches: uint8 pixels, and at `float_at` the same pixels scaled to [0, 1] as float32."""
+    for index in range(batch_count):
+        images = pixels()
+        yield (images.astype("float32") / 255 if index == float_at else images), np.zeros(len(images))
+
+
+class _FloatBatches(keras.utils.PyDataset):
+    def __init__(self, float_at):
+        super().__init__()
+        self.batches = list(_float_batches(float_at))
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
+
+
+@pytest.mark.parametrize("float_at", [1, 2], ids=["second batch", "third batch"])
+@pytest.mark.parametrize("source", [_float_batches, _FloatBatches], ids=["generator", "PyDataset"])
+@pytest.mark.parametrize("call", ["predict", "evaluate", "fit", "fit's validation"])
+def test_a_python_batch_of_float_images_after_uint8_ones_is_refused_not_cast(call, source, float_at):
+    # On TensorFlow, Keras' tf.data pipeline for a generator or a PyDataset takes its dtype from the first two
+    # batches and cast a later float batch to uint8, silently: pixels in [0, 1] became black images.
+    model = _compiled_small_model()
+    error = ValueError
+    if keras.backend.backend() == "tensorflow" and float_at == 2:  # after the two Keras reads ahead, in tf.data
+        import tensorflow as tf
+
+        error = tf.errors.InvalidArgumentError  # TensorFlow's report of an error of the Python batches
+    with pytest.raises(error, match="takes uint8 images.*Received: images of dtype float32"):
+        if call == "fit's validation":
+            model.fit(pixels(), np.zeros(2), validation_data=source(float_at), verbose=0)
+        else:
+            getattr(model, call)(source(float_at), verbose=0)
 
 
 @pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
