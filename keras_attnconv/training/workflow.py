@@ -42,9 +42,13 @@ def export_run(config, run):
     export is served): ``attnconv serve`` or ``attnconv export --serve`` chooses it.
 
     Without TensorFlow, or on another backend (e.g. JAX on a GPU machine), the
-    export is skipped with a message saying how to run it later.
+    export is skipped with a message saying how to run it later; a run whose
+    best model learned nothing is refused there too (`NothingLearnedError`), as
+    that later export would refuse it.
     """
     if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
+        preset = preset_of(run.path)
+        refuse_learned_nothing(run.path, preset, load_preset_metadata(preset))
         print(
             f"Export needs TensorFlow (installed, and as the Keras backend), so {run} was not exported for "
             f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
@@ -161,15 +165,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
     root.check()  # before loading
     preset = preset_of(source)
     recorded = load_preset_metadata(preset)
-    chance = _recorded_chance(preset, recorded)
-    if chance is not None and not allow_chance:
-        raise NothingLearnedError(
-            f"{source} holds a model that learned nothing, which is not exported: its recorded validation "
-            f"{describe_chance(chance['eval_accuracy'], chance['classes'], chance['eval_examples'])}. Train again "
-            f"(longer, with a longer warm-up: --warmup-ratio, or a lower --learning-rate); to export it anyway: "
-            f"attnconv export {source} --allow-chance (allow_chance=True), which its metadata.json records. "
-            f"Received: source={str(source)!r}"
-        )
+    chance = refuse_learned_nothing(source, preset, recorded, allow_chance=allow_chance)
     checked = {"allow_chance": True, **({"at_chance": chance} if chance else {})} if allow_chance else {}
     # Seen from the export root: an absolute path of this machine would mean nothing where the export is served.
     metadata = {
@@ -180,6 +176,25 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
         **(kwargs.pop("metadata", None) or {}),
     }
     return export_model(load_preset(preset), export_dir, metadata=metadata, **kwargs)
+
+
+def refuse_learned_nothing(source, preset, metadata, *, allow_chance=False):
+    """Raises `NothingLearnedError` where `preset`'s recorded accuracy is at chance, unless `allow_chance`.
+
+    Returns what is at chance (`_recorded_chance`), or None. `source` is the
+    run or preset the user named, `metadata` the preset's ``metadata.json``.
+    """
+    chance = _recorded_chance(preset, metadata)
+    if chance is not None and not allow_chance:
+        backend = "" if keras.backend.backend() == "tensorflow" else "KERAS_BACKEND=tensorflow "  # export needs it
+        raise NothingLearnedError(
+            f"{source} holds a model that learned nothing, which is not exported: its recorded validation "
+            f"{describe_chance(chance['eval_accuracy'], chance['classes'], chance['eval_examples'])}. Train again "
+            f"(longer, with a longer warm-up: --warmup-ratio, or a lower --learning-rate); to export it anyway: "
+            f"{backend}attnconv export {source} --allow-chance (allow_chance=True), which its metadata.json records. "
+            f"Received: source={str(source)!r}"
+        )
+    return chance
 
 
 def _recorded_chance(preset, metadata):

@@ -170,7 +170,7 @@ def test_initial_weights_are_exported_as_such_and_the_chance_flag_is_for_a_run_o
     assert "metrics" not in metadata and "allow_chance" not in metadata
 
 
-def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
+def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path, monkeypatch):
     # The official schedule holds the rate of each epoch's first step: with a warm-up longer than the run, the stop
     # never judges it. Its first epoch trains at rate 0, so its weights are the initial ones, which with this seed
     # score above chance (16.8% on the 500 images); the second, at a rate far too high, collapses to chance. That
@@ -200,6 +200,12 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path):
     assert json.loads((run / "checkpoints" / "best.json").read_text())["epoch"] == 2
     assert (run / "metrics.json").exists() and not (run / RunDirectory.EXPORT_RECORD).exists()
     assert not root.exists()
+    # On JAX (a GPU machine's backend) the export is left for later, with TensorFlow: the run is refused there too,
+    # where it used to finish with that later export's command, which would refuse it.
+    with monkeypatch.context() as jax:
+        jax.setattr(keras.backend, "backend", lambda: "jax")
+        with pytest.raises(NothingLearnedError, match=f"KERAS_BACKEND=tensorflow attnconv export {run} --allow-chance"):
+            workflow.export_run(config, RunDirectory(run))
     path = workflow.export_source(run, root, allow_chance=True)
     assert metadata_of(path)["at_chance"]["eval_examples"] == 500
 
