@@ -40,6 +40,12 @@ DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "bfloat16")
 FLOAT32_LAYERS = (PositionScore, AttentionSpan)
 
 
+def tensorflow_backend_only(why):
+    """Skips a test on another backend, saying `why` it needs TensorFlow's: an export, tf.distribute, a seed's
+    outcome measured there (Keras' random numbers differ between backends)."""
+    return pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason=f"TensorFlow backend only: {why}")
+
+
 def randomize_weights(layer, seed=0, scale=0.3):
     """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
     rng = np.random.default_rng(seed)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import tensorflow_backend_only
 
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.input_pipeline import ArrayBatches
@@ -215,6 +216,7 @@ def test_two_processes_killed_and_restarted_finish_as_an_uninterrupted_run(
     assert_same_run(run, one_device_run)  # only process 0 wrote it: one row per epoch, the same figures
 
 
+@tensorflow_backend_only("it checks the refusal on TensorFlow")
 def test_data_parallel_needs_the_jax_backend(small_npz, tmp_path):
     config = TrainConfig(
         model="quadratic_tiny",
@@ -262,6 +264,7 @@ def test_the_issue_spelling_of_a_package_recipe_is_that_recipe():
     assert load_recipe("training/recipes/quick.toml") == load_recipe("quick")
 
 
+@tensorflow_backend_only("it checks the refusal of data_parallel on TensorFlow")
 def test_the_process_arguments_are_checked_before_anything_runs(tmp_path, capsys):
     from keras_attnconv import cli
     from keras_attnconv.training.distribution import initialize_processes

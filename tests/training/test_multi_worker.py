@@ -12,8 +12,10 @@ import sys
 import time
 
 import pytest
+from support import tensorflow_backend_only
 
 pytest.importorskip("tensorflow")
+pytestmark = tensorflow_backend_only("tf.distribute's MultiWorkerMirroredStrategy")
 
 SMALL_MODEL = "{num_layers = 1, hidden_dim = 16, intermediate_dim = 16}"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import keras
 import pytest
-from support import tiny_train_command
+from support import tensorflow_backend_only, tiny_train_command
 
 from keras_attnconv import export
 from keras_attnconv.training import workflow
@@ -15,6 +15,7 @@ from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.ownership import write_mark
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
     config = TrainConfig(
         name="small",
@@ -47,6 +48,7 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
     assert workflow.unexported_run(config) is None  # exported: the next run of the command trains anew
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_a_second_run_is_exported_but_not_served_until_asked(small_npz, tmp_path, capsys):
     config = TrainConfig(
         name="small",
@@ -119,6 +121,7 @@ def metadata_of(version):
     return json.loads((version / "assets.extra" / "metadata.json").read_text())
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_a_preset_at_chance_is_exported_only_when_asked_and_its_metadata_says_so(tmp_path, capsys):
     from keras_attnconv.cli import main
 
@@ -136,6 +139,7 @@ def test_a_preset_at_chance_is_exported_only_when_asked_and_its_metadata_says_so
     assert at_chance["chance_interval"] == pytest.approx([0.0732, 0.1268], abs=1e-4)
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_a_preset_above_chance_or_with_too_few_images_to_tell_is_exported_without_the_flag(tmp_path):
     root = tmp_path / "saved"
     for name, accuracy, examples in (("learned", 0.3, 500), ("few", 0.1, 40), ("unrecorded", 0.1, None)):
@@ -158,6 +162,7 @@ def test_a_run_that_recorded_its_images_only_in_metrics_json_is_checked_too(tmp_
     assert not (tmp_path / "saved").exists()
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_initial_weights_are_exported_as_such_and_the_chance_flag_is_for_a_run_or_preset(tmp_path, capsys):
     from keras_attnconv.cli import main
 
@@ -170,6 +175,7 @@ def test_initial_weights_are_exported_as_such_and_the_chance_flag_is_for_a_run_o
     assert "metrics" not in metadata and "allow_chance" not in metadata
 
 
+@tensorflow_backend_only("seed 2's initial model scores above chance there, and it exports")
 def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path, monkeypatch):
     # The official schedule holds the rate of each epoch's first step: with a warm-up longer than the run, the stop
     # never judges it. Its first epoch trains at rate 0, so its weights are the initial ones, which with this seed
@@ -238,6 +244,7 @@ PUBLISHED_KILLS = {
 }
 
 
+@tensorflow_backend_only("an export traces the model with TensorFlow")
 @pytest.mark.parametrize("kill", PUBLISHED_KILLS.values(), ids=PUBLISHED_KILLS.keys())
 def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_again(
     small_npz, tmp_path, kill, monkeypatch
