@@ -120,7 +120,7 @@ class ExportRoot:
     def model_dir(self, name):
         return self.path / check_serving_name(name, "name")
 
-    def check(self, name=None, base_path="/models"):
+    def check(self, name=None, base_path="/models", *, models_config=True):
         """Raises, naming the path, unless an export of `name` could be published here; writes nothing.
 
         The root (and the model's directory) must be writable and the root the
@@ -128,10 +128,12 @@ class ExportRoot:
         a SavedModel root's ``models.config`` must be TF Serving's (and, a link,
         have a writable target), and its entry of `name`, if any, this root's
         (`serves_this_root`); the model's directory must hold this format only.
+        ``models_config=False`` leaves ``models.config`` unread: TF Serving's
+        protos read it, which a machine without TensorFlow lacks.
         """
         check_writable(self.path, "export_dir")
         check_owned(self.path, self.KIND, "export_dir", adopt=self._is_model_root)
-        if self.format == "saved_model":
+        if self.format == "saved_model" and models_config:
             config = self.read_models_config()
             if self.models_config.is_symlink():  # written through the link: where it points must be writable
                 check_writable(self.models_config.resolve(), "models_config", file=True)

@@ -133,8 +133,10 @@ def train_and_export(config):
     run = unexported_run(config)
     if config.export_dir:
         check_apart(run or resolve_run_dir(config), config.export_dir)
-    if config.export_dir and keras.backend.backend() == "tensorflow":
-        ExportRoot(config.export_dir).check()
+    if config.export_dir:
+        # On another backend the export is left for later, where TensorFlow is (`export_run`); the root it names is
+        # checked now all the same, but for its models.config, which only TensorFlow's side reads.
+        ExportRoot(config.export_dir).check(models_config=keras.backend.backend() == "tensorflow")
     if run is None:
         metrics = train(config)
         run = RunDirectory(metrics["run_dir"])

@@ -10,7 +10,7 @@ from support import tensorflow_backend_only, tiny_train_command
 
 from keras_attnconv import export
 from keras_attnconv.training import workflow
-from keras_attnconv.training.recipe import TrainConfig
+from keras_attnconv.training.recipe import TrainConfig, load_recipe
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.ownership import write_mark
 
@@ -102,6 +102,23 @@ def test_without_tensorflow_the_run_trains_on_jax_and_says_how_to_export_later(
     assert not (tmp_path / "saved").exists()
 
 
+@pytest.mark.parametrize("where", ["file/saved", "photos"], ids=["under a file", "a user's folder"])
+def test_on_jax_the_export_root_is_checked_before_training_all_the_same(small_npz, tmp_path, monkeypatch, where):
+    # The export is left for later there (it needs TensorFlow), and the run used to train, then give the command of an
+    # export into a root it could never write.
+    from keras_attnconv.utils.ownership import ForeignDirectoryError
+
+    (tmp_path / "file").write_text("")
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "holiday.jpg").write_text("")
+    config = load_recipe("quick", epochs=1, run_dir=str(tmp_path / "run"), export_dir=str(tmp_path / where))
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    error = NotADirectoryError if where == "file/saved" else ForeignDirectoryError
+    with pytest.raises(error, match=f"export_dir='{tmp_path / where}'"):
+        workflow.train_and_export(config)
+    assert not (tmp_path / "run").exists()
+
+
 def test_export_names_the_backend_it_needs(monkeypatch):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     with pytest.raises(RuntimeError, match="needs the TensorFlow backend; Keras runs on 'jax'"):
@@ -182,7 +199,6 @@ def test_a_finished_run_that_never_left_its_warmup_is_not_exported(tmp_path, mon
     # score above chance (16.8% on the 500 images); the second, at a rate far too high, collapses to chance. That
     # first epoch is never the best checkpoint: the run's best model is the collapsed one, refused at the export.
     from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, csv_history
-    from keras_attnconv.training.recipe import load_recipe
 
     run, root = tmp_path / "run", tmp_path / "saved"
     config = load_recipe(
