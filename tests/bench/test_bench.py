@@ -6,7 +6,7 @@ import logging
 import keras
 import numpy as np
 import pytest
-from support import quick_bench_on_jax, traced_steps
+from support import quick_bench_on_jax, tensorflow_backend_only, traced_steps
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import cpu_suite, formats, gpu_suite, plan_suite, profile_suite
@@ -125,6 +125,7 @@ def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path
     assert "| model | precision | path |" in capsys.readouterr().out
 
 
+@tensorflow_backend_only("the export formats are measured there")
 def test_the_formats_suite_alone(tmp_path, capsys):
     output = tmp_path / "formats.json"
     assert cli.main(["bench", "--suite", "formats", "--quick", "--output", str(output)]) == 0

@@ -5,7 +5,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from support import quick_bench_on_jax
+from support import quick_bench_on_jax, tensorflow_backend_only
 
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import profile_suite
@@ -43,6 +43,7 @@ def test_self_time_goes_to_the_op_a_framework_event_runs_inside_else_to_framewor
     assert sum(seconds.values()) == pytest.approx(15e-3)  # every picosecond once
 
 
+@tensorflow_backend_only("its graph path is profiled beside XLA")
 def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monkeypatch):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
