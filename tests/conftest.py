@@ -26,8 +26,8 @@ pytest.register_assert_rewrite("support")  # detailed assertion messages from th
 
 
 def pytest_collection_modifyitems(config, items):
-    # The README's second pass re-runs the layers and models on JAX for what differs there: a test marked
-    # backend_independent (plain Python, files, counts) checked on TensorFlow would only cost CI time again.
+    # The README's second pass re-runs the layers, models and training runs on JAX for what differs there: a test
+    # marked backend_independent (plain Python, files, counts) checked on TensorFlow would only cost CI time again.
     if keras.backend.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason="backend_independent: the TensorFlow pass checks it")

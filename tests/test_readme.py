@@ -17,7 +17,9 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 FRONT_PAGE_LINES = 300
 SET_UP_COMMAND = "pip install -e . && attnconv train --recipe quick"  # .ci/run runs it verbatim
-TEST_COMMAND = "python -m pytest && KERAS_BACKEND=jax python -m pytest tests/layers tests/models"
+TEST_COMMAND = (
+    "python -m pytest && KERAS_BACKEND=jax python -m pytest tests/layers tests/models tests/training/test_training.py"
+)
 
 
 def pages():
