@@ -37,24 +37,24 @@ def _describe(inputs):
     return f"an array of shape {tuple(inputs.shape)}" if hasattr(inputs, "shape") else repr(inputs)[:80]
 
 
-def check_images(model, size, inputs):
+def check_images(model_in_words, size, inputs):
     """Raises a ValueError unless `inputs` is one uint8 batch (batch, size, size, 3).
 
     Args:
-        model: the model in words, for the messages: its class and name.
+        model_in_words: the model in words, for the messages: its class and name.
         size: the image size the model was built for.
         inputs: what the model was given.
     """
     flat = keras.tree.flatten(inputs)
     if len(flat) != 1 or len(getattr(flat[0], "shape", ())) != 4:
         raise ValueError(
-            f"{model} takes one uint8 array of images (batch, {size}, {size}, 3); stack a list of images first "
-            f"(np.stack). Received: images={_describe(inputs)}"
+            f"{model_in_words} takes one uint8 array of images (batch, {size}, {size}, 3); stack a list of images "
+            f"first (np.stack). Received: images={_describe(inputs)}"
         )
     (images,) = flat
     if images.shape[-1] is not None and images.shape[-1] != 3:  # a grayscale batch would be broadcast
         raise ValueError(
-            f"{model} takes RGB images, 3 channels last (batch, {size}, {size}, 3). "
+            f"{model_in_words} takes RGB images, 3 channels last (batch, {size}, {size}, 3). "
             f"Received: images of shape {tuple(images.shape)}, {images.shape[-1]} channels"
         )
     if tuple(images.shape[1:3]) != (size, size):
@@ -63,7 +63,7 @@ def check_images(model, size, inputs):
         # An unknown size is a generator's batches of several sizes, traced by TensorFlow as one.
         unknown = " (not known when traced: batches of several sizes?)" if None in images.shape[1:3] else ""
         raise ValueError(
-            f"{model} takes {size}x{size} images, the size it was built for (batch, {size}, {size}, 3). "
+            f"{model_in_words} takes {size}x{size} images, the size it was built for (batch, {size}, {size}, 3). "
             "Resize them first (keras.ops.image.resize), or build a model for their size "
             f"(build_model(name, image_size=...)). Received: images of shape {tuple(images.shape)}{unknown}"
         )
@@ -72,7 +72,7 @@ def check_images(model, size, inputs):
     dtype = keras.backend.standardize_dtype(images.dtype) if hasattr(images, "dtype") else type(images).__name__
     if dtype != "uint8":
         raise ValueError(
-            f"{model} takes uint8 images, the raw pixels: it normalises them itself. Pass the pixels before "
+            f"{model_in_words} takes uint8 images, the raw pixels: it normalises them itself. Pass the pixels before "
             "any scaling (e.g. keras.ops.cast(images, 'uint8') for float pixels in [0, 255]). "
             f"Received: images of dtype {dtype}"
         )
@@ -110,7 +110,7 @@ class _CheckedPyDataset(keras.utils.PyDataset):
         self.dataset.on_epoch_end()
 
 
-def checked_python_batches(data, model, size):
+def checked_python_batches(data, model_in_words, size):
     """`data` with each batch's images checked (`check_images`) as it is made, where Keras would cast them.
 
     That is a generator or a `keras.utils.PyDataset` on TensorFlow (see the
@@ -118,7 +118,7 @@ def checked_python_batches(data, model, size):
     """
     if keras.backend.backend() != "tensorflow":
         return data
-    check = functools.partial(check_images, model, size)  # a module's function: a worker process can take it
+    check = functools.partial(check_images, model_in_words, size)  # a module's function: a worker process can take it
     if isinstance(data, keras.utils.PyDataset):
         return _CheckedPyDataset(data, check)
     if isinstance(data, types.GeneratorType):
