@@ -15,11 +15,39 @@ def _check_models(names, argument):
         get_model_card(name, argument=argument)
 
 
+def _models_matching(arguments, argument):
+    """Each of `arguments`, a model name or a glob pattern as `list_models` takes (``'quadratic*'``), as names.
+
+    The names in the order given, a pattern's in the zoo's order, each once. A
+    pattern that matches nothing is an error naming it, as an unknown name is.
+    """
+    import glob
+
+    from keras_attnconv.models import list_models
+    from keras_attnconv.utils.checks import did_you_mean
+
+    names = []
+    for given in arguments:
+        if not glob.has_magic(given):
+            _check_models([given], argument)
+            matches = [given]
+        else:
+            matches = list_models(given)
+            if not matches:
+                plain = given.translate(str.maketrans("", "", "*?[]"))
+                raise ValueError(
+                    f"No model matches the pattern {given!r}.{did_you_mean(plain, list_models())} "
+                    f"`attnconv list` names every model. Received: {argument}={given!r}"
+                )
+        names += [name for name in matches if name not in names]
+    return names
+
+
 def _list(args):
     from keras_attnconv.models.summary import markdown_table, model_rows
 
-    _check_models(args.models, "models")
-    print(markdown_table(model_rows(args.models or None, recount=args.recount)))
+    names = _models_matching(args.models, "models")
+    print(markdown_table(model_rows(names or None, recount=args.recount)))
     print(
         "\nFLOPs per 32x32 image, 2 per multiply-add. 'weights' counts products with weight kernels "
         "(convolutions, Dense, attention projections), the convention of the paper's Table 1; "
@@ -489,7 +517,9 @@ def build_parser():
         return commands.add_parser(name, parents=[common], allow_abbrev=False, **kwargs)
 
     listing = add("list", help="the model zoo: parameters and FLOPs beside the paper's")
-    listing.add_argument("models", nargs="*", help="only these models (default: all)")
+    listing.add_argument(
+        "models", nargs="*", help="only these models: names or glob patterns, e.g. 'quadratic*' (default: all)"
+    )
     listing.add_argument(
         "--recount",
         action="store_true",

@@ -35,6 +35,18 @@ def test_list_prints_our_and_the_papers_figures(capsys):
     assert "| `resnet18` | ResNet18 (Table 1) | 11.17M | 11.2M | 1.11B | 1.1B |" in out
 
 
+def test_list_takes_the_glob_patterns_of_list_models(capsys):
+    from keras_attnconv.models import list_models
+
+    assert cli.main(["list", "quadratic*", "resnet18", "quadratic"]) == 0
+    listed = re.findall(r"^\| `([a-z0-9_]+)` \|", capsys.readouterr().out, re.MULTILINE)
+    assert listed == [*list_models("quadratic*"), "resnet18"]  # a pattern's names in the zoo's order, each once
+    assert cli.main(["list", "quadx*"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No model matches the pattern 'quadx*'" in err
+    assert "Did you mean 'quadratic'" in err and "Received: models='quadx*'" in err
+
+
 def test_no_command_prints_help_and_fails(capsys):
     assert cli.main([]) == 2
     assert "usage: attnconv" in capsys.readouterr().out
