@@ -134,6 +134,10 @@ def _loss_name(loss):
     return repr(loss) if isinstance(loss, str) else getattr(loss, "__name__", repr(loss))
 
 
+#: The classification head: the one layer whose weights depend on the number of classes (`with_config`).
+HEAD_LAYER = "logits"
+
+
 class ImageClassifier(keras.Model):
     """Base class of the zoo's models: uint8 images -> `PixelNormalization` -> features -> pool -> float32 logits.
 
@@ -187,7 +191,7 @@ class ImageClassifier(keras.Model):
         x = keras.layers.GlobalAveragePooling2D(dtype=policy, name="pool")(x)
         # The logits stay float32 under any policy, so the softmax and the loss are computed in float32.
         logits = keras.layers.Dense(
-            config.num_classes, dtype="float32", name="logits", **self.head_initializers(config)
+            config.num_classes, dtype="float32", name=HEAD_LAYER, **self.head_initializers(config)
         )(x)
         if config.test_time_flips:
             logits = MirrorAverage(name="mirror_average")(logits)
@@ -355,14 +359,28 @@ class ImageClassifier(keras.Model):
         """A new model of this class whose config has `changes`, holding this model's weights.
 
         E.g. ``model.with_config(dtype="float32")`` is the float32 copy of a
-        model trained in mixed precision; `changes` must keep every weight's shape.
+        model trained in mixed precision; `changes` must keep every weight's
+        shape, but for a new number of classes: ``model.with_config(num_classes=5,
+        class_names=[...])`` has a new classification head (the ``logits`` layer,
+        initialised as a new model's) on this model's features, every other
+        weight kept, to fine-tune on other classes (timm's and keras-hub's
+        ``num_classes`` of a pretrained model). Its class names are then
+        `class_names` where given, else the default for the new number.
         """
-        copy = type(self).from_config({**self.get_config(), **changes})
+        config = {**self.get_config(), **changes}
+        new_head = config["num_classes"] != self.config.num_classes
+        if new_head and "class_names" not in changes:
+            config["class_names"] = None  # the old names are of the old classes
+        copy = type(self).from_config(config)
+        kept = [layer for layer in copy.layers if not (new_head and layer.name == HEAD_LAYER)]
         try:
-            copy.set_weights(self.get_weights())
+            if len(kept) != len(self.layers) - new_head:
+                raise ValueError(f"{len(copy.layers)} layers against {len(self.layers)}")
+            for layer in kept:
+                layer.set_weights(self.get_layer(layer.name).get_weights())
         except ValueError as error:
             raise ValueError(
-                f"`with_config` changes must keep every weight's shape ({error}). "
+                f"`with_config` changes must keep every weight's shape, but for a new `num_classes` ({error}). "
                 f"Received: {', '.join(f'{k}={v!r}' for k, v in changes.items())}"
             ) from None
         return copy

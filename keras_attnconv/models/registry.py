@@ -18,6 +18,9 @@ from keras_attnconv.models.presets import load_preset
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils.checks import check_registered_name, check_seed, did_you_mean
 
+#: The fields a preset takes (`build_model`, `from_preset`): a new classification head (`ImageClassifier.with_config`).
+HEAD_FIELDS = ("num_classes", "class_names")
+
 _REGISTRY = {}
 
 
@@ -129,7 +132,9 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
         **overrides: for a name, any field of the model's config
             (``num_classes``, ``image_size``, ``num_layers``, ``hidden_dim``,
             ``class_names``, ``pixel_mean``, ...). A preset's architecture is
-            its own: no overrides.
+            its own but for its classes: ``num_classes`` (and ``class_names``)
+            give its features a new classification head, to fine-tune on other
+            classes (`ImageClassifier.with_config`).
 
     Returns:
         An uncompiled model of the family's class (`AttentionClassifier` or
@@ -163,16 +168,22 @@ def _build(name, argument, dtype, seed, load_weights, overrides):
         if seed is not None:
             keras.utils.set_random_seed(seed)
         return config.build(name=name, dtype=dtype)
-    if overrides or seed is not None:
-        given = {**overrides, **({"seed": seed} if seed is not None else {})}
+    head = {key: value for key, value in overrides.items() if key in HEAD_FIELDS}
+    if len(head) < len(overrides) or seed is not None:
+        given = {
+            **{key: value for key, value in overrides.items() if key not in HEAD_FIELDS},
+            **({"seed": seed} if seed is not None else {}),
+        }
         raise ValueError(
-            f"A preset's architecture and weights are its own: {str(name)!r} takes only `dtype` and "
-            f"`load_weights`. Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}"
+            f"A preset's architecture and weights are its own: {str(name)!r} takes only `dtype`, "
+            f"`load_weights`, and for a new classification head `num_classes` and `class_names`. "
+            f"Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}"
         )
-    return load_preset(name, dtype=dtype, load_weights=load_weights)
+    model = load_preset(name, dtype=dtype, load_weights=load_weights)
+    return model.with_config(**head) if head else model
 
 
-def from_preset(preset, *, dtype=None, load_weights=True):
+def from_preset(preset, *, dtype=None, load_weights=True, **head):
     """`build_model`'s alias: the model saved in the preset directory `preset` (or a registered name's new model).
 
     Args:
@@ -182,8 +193,13 @@ def from_preset(preset, *, dtype=None, load_weights=True):
         dtype: None (the policy it was saved with) or a dtype policy to
             rebuild it in (``"float32"``, ``"mixed_bfloat16"``, ...).
         load_weights: False gives the architecture with fresh weights.
+        **head: ``num_classes`` and ``class_names``: the preset's features
+            with a new classification head, to fine-tune on other classes
+            (``from_preset("runs/quick/preset", num_classes=5)``; another
+            number of classes gets a new ``logits`` layer, every other weight
+            is the preset's: `ImageClassifier.with_config`).
 
     A preset is loaded in Keras' safe mode, its files checked against each
     other first (`keras_attnconv.models.presets.load_preset` says how).
     """
-    return _build(preset, "preset", dtype, None, load_weights, {})
+    return _build(preset, "preset", dtype, None, load_weights, head)

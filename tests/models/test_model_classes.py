@@ -489,9 +489,35 @@ def test_train_on_batch_traces_its_step_once_on_tensorflow():
     assert traces == {"train": 1, "test": 0} and np.isfinite(losses).all()
 
 
-def test_with_config_that_changes_a_weights_shape_is_named():
-    with pytest.raises(ValueError, match="must keep every weight's shape.*Received: num_classes=3"):
-        build_model("quadratic_tiny", **SMALL).with_config(num_classes=3)
+@pytest.mark.parametrize("change", [{"hidden_dim": 16}, {"num_layers": 2}], ids=["a weight's shape", "a layer more"])
+def test_with_config_that_changes_a_weights_shape_is_named(change):
+    (key, value), *_ = change.items()
+    with pytest.raises(ValueError, match=f"must keep every weight's shape.*Received: {key}={value}"):
+        build_model("quadratic_tiny", **SMALL).with_config(**change)
+
+
+@pytest.mark.parametrize("name", ["quadratic_tiny", "resnet_tiny"])
+def test_with_config_of_another_number_of_classes_gives_a_new_head_on_the_same_features(name):
+    model = build_model(name, seed=0, image_size=8)
+    tuned = model.with_config(num_classes=3, class_names=["cat", "dog", "owl"])
+    assert tuned.class_names == ("cat", "dog", "owl") and tuned.name == name
+    assert tuned.get_layer("logits").kernel.shape == (model.get_layer("logits").kernel.shape[0], 3)
+    for layer in tuned.layers:  # every weight but the head's is the model's
+        if layer.name != "logits":
+            for kept, trained in zip(layer.get_weights(), model.get_layer(layer.name).get_weights(), strict=True):
+                np.testing.assert_array_equal(kept, trained)
+    images = pixels(4)
+    features = keras.Model(model.inputs, model.get_layer("pool").output)
+    head = tuned.get_layer("logits")
+    np.testing.assert_allclose(
+        tuned.predict(images, verbose=0), head(features.predict(images, verbose=0)), rtol=1e-5, atol=1e-6
+    )
+    tuned.compile(keras.optimizers.SGD(0.1))
+    assert np.isfinite(tuned.fit(images, np.arange(4) % 3, epochs=1, verbose=0).history["loss"]).all()
+    assert model.with_config(num_classes=4).class_names == ("0", "1", "2", "3")  # not the old classes' names
+    renamed = model.with_config(class_names=[f"class {i}" for i in range(10)])  # the same classes: the same head
+    for kept, trained in zip(renamed.get_layer("logits").get_weights(), model.get_layer("logits").get_weights()):
+        np.testing.assert_array_equal(kept, trained)
 
 
 def documented_score_module():

@@ -97,6 +97,22 @@ def test_a_preset_reloads_as_the_same_class_config_and_weights(tmp_path):
     np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
 
 
+@pytest.mark.parametrize("load", [from_preset, build_model], ids=["from_preset", "build_model"])
+def test_a_preset_with_other_classes_is_its_features_under_a_new_head(tmp_path, load):
+    model = small_model(dtype="mixed_bfloat16")
+    path = save_to_preset(model, tmp_path / "preset")
+    names = ["ant", "bee", "elk", "fox", "gnu"]
+    tuned = load(path, num_classes=5, class_names=names)
+    assert type(tuned) is type(model) and tuned.name == model.name and tuned.dtype_policy.name == "mixed_bfloat16"
+    assert tuned.class_names == tuple(names) and tuned.config.pixel_std == model.config.pixel_std
+    assert tuned.get_layer("logits").kernel.shape == (SMALL["hidden_dim"], 5)
+    for layer in tuned.layers:  # the preset's weights, but the head's
+        if layer.name != "logits":
+            for kept, saved in zip(layer.get_weights(), model.get_layer(layer.name).get_weights(), strict=True):
+                np.testing.assert_array_equal(kept, saved)
+    assert outputs(tuned, images()).shape == (len(images()), 5)
+
+
 def test_the_metadata_says_what_the_model_is_and_what_the_saver_adds(tmp_path):
     model = small_model()
     metadata = load_preset_metadata(save_to_preset(model, tmp_path / "p", metadata={"recipe": {"epochs": 3}}))

@@ -190,8 +190,12 @@ def test_build_model_takes_a_preset_directory_and_a_registered_name_comes_first(
     assert by_path.config == model.config
     for saved, loaded in zip(model.get_weights(), by_path.get_weights()):
         np.testing.assert_array_equal(saved, loaded)
-    with pytest.raises(ValueError, match="takes only `dtype` and `load_weights`. Received: num_classes=3"):
-        keras_attnconv.build_model("./resnet_tiny", num_classes=3)
+    with pytest.raises(
+        ValueError,
+        match="takes only `dtype`, `load_weights`, and for a new classification head `num_classes` and "
+        "`class_names`. Received: image_size=16, seed=1",
+    ):
+        keras_attnconv.build_model("./resnet_tiny", num_classes=3, image_size=16, seed=1)
     with pytest.raises(ValueError, match="`load_weights` is for a preset directory.*Received: load_weights=False"):
         keras_attnconv.build_model("resnet_tiny", load_weights=False)
     with pytest.raises(
