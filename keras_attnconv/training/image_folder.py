@@ -36,7 +36,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 SPLIT_NAMES = ("train", "test", "validation")  # a folder of these holding folders: DIR is split by folders
 HELD_OUT_FRACTION = 0.1  # of each class of a folder without splits, held out as "test" (at least 1 of 2 or more)
 SPLIT_SEED = "keras_attnconv held-out v1"
-CACHE_FORMAT = 1  # part of the cache key: a new format (or split rule) decodes again
+CACHE_FORMAT = 2  # part of the cache key: a new format, split rule or decoding (2: 16-bit grey PNGs) decodes again
 PARALLEL_FROM = 2_000  # images; fewer are decoded in this process
 CHUNK = 500  # images per task of the decoding pool
 
@@ -338,6 +338,19 @@ def _decode_all(paths, name):
         pool.shutdown(cancel_futures=True)
 
 
+#: Pillow's modes of a 16-bit greyscale PNG (``I`` in its earlier versions): its ``convert("RGB")`` clips them at
+#: 255 instead of scaling them, which made such an image white.
+SIXTEEN_BIT_GREY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+
+
+def _rgb_pixels(image):
+    """A Pillow image as (H, W, 3) uint8 RGB: 16-bit grey scaled to 8 bits (v / 257, rounded), as libpng strips it."""
+    if image.mode in SIXTEEN_BIT_GREY_MODES:
+        grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+
+
 def _decode_chunk(paths, name):
     """The images at `paths` (uint8 RGB arrays); one Pillow cannot read as JPEG or PNG is a ValueError naming it."""
     from PIL import Image
@@ -346,7 +359,7 @@ def _decode_chunk(paths, name):
     for path in paths:
         try:
             with Image.open(path, formats=("JPEG", "PNG")) as image:
-                images.append(np.asarray(image if image.mode == "RGB" else image.convert("RGB")))
+                images.append(_rgb_pixels(image))
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
             raise ValueError(
                 f"{path!r} cannot be read as a JPEG or PNG image ({type(error).__name__}: {error}). "

@@ -103,6 +103,19 @@ def test_png_pixels_round_trip_exactly_and_grey_images_become_rgb(tmp_path):
     np.testing.assert_array_equal(images[1], np.repeat(grey[..., None], 3, axis=-1))
 
 
+def test_sixteen_bit_grey_pngs_are_scaled_to_eight_bits_not_clipped(tmp_path):
+    # Pillow's convert("RGB") clips a 16-bit grey image at 255: most of such an image came out white.
+    grey = RNG.integers(0, 256, (8, 8)).astype(np.uint16)
+    deep = tmp_path / "f" / "train" / "a" / "deep.png"
+    deep.parent.mkdir(parents=True)
+    Image.fromarray(grey * 257 + RNG.integers(0, 129, (8, 8)).astype(np.uint16)).save(deep)  # within half a step
+    assert Image.open(deep).mode.startswith("I")
+    make_folder(tmp_path / "f", {"b": 1}, splits=("train",))
+    make_folder(tmp_path / "f", {"a": 1, "b": 1}, splits=("test",))
+    images, _ = data.load_arrays(str(tmp_path / "f"), "train")
+    np.testing.assert_array_equal(images[0], np.repeat(grey.astype(np.uint8)[..., None], 3, axis=-1))
+
+
 def test_jpeg_images_of_any_extension_case_are_decoded(tmp_path):
     smooth = np.broadcast_to(np.linspace(0, 255, 16, dtype=np.uint8)[:, None, None], (16, 16, 3)).copy()
     for name in ("a/one.jpg", "a/two.JPEG", "b/three.Jpg", "b/four.jpeg"):
