@@ -344,10 +344,13 @@ SIXTEEN_BIT_GREY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
 def _rgb_pixels(image):
-    """A Pillow image as (H, W, 3) uint8 RGB: 16-bit grey scaled to 8 bits (v / 257, rounded), as libpng strips it."""
+    """A Pillow image as (H, W, 3) uint8 RGB, its alpha dropped: 16-bit grey scaled to 8 bits (v / 257, rounded,
+    as libpng strips it)."""
     if image.mode in SIXTEEN_BIT_GREY_MODES:
         grey = np.rint(np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8)
         return np.repeat(grey[..., None], 3, axis=-1)
+    if image.mode == "P" and "transparency" in image.info:  # through RGBA, as Pillow asks (else it warns)
+        image = image.convert("RGBA")
     return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
 
 

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -114,6 +115,20 @@ def test_sixteen_bit_grey_pngs_are_scaled_to_eight_bits_not_clipped(tmp_path):
     make_folder(tmp_path / "f", {"a": 1, "b": 1}, splits=("test",))
     images, _ = data.load_arrays(str(tmp_path / "f"), "train")
     np.testing.assert_array_equal(images[0], np.repeat(grey.astype(np.uint8)[..., None], 3, axis=-1))
+
+
+def test_a_palette_png_with_transparency_is_its_colours_without_a_warning(tmp_path):
+    rgb = RNG.integers(0, 256, (8, 8, 3), np.uint8)
+    palette = Image.fromarray(rgb).convert("P")
+    path = tmp_path / "f" / "train" / "a" / "palette.png"
+    path.parent.mkdir(parents=True)
+    palette.save(path, transparency=bytes([0] * 8 + [255] * 248))  # the first 8 colours transparent
+    make_folder(tmp_path / "f", {"b": 1}, splits=("train",))
+    make_folder(tmp_path / "f", {"a": 1, "b": 1}, splits=("test",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow's "should be converted to RGBA images" fails the test
+        images, _ = data.load_arrays(str(tmp_path / "f"), "train")
+    np.testing.assert_array_equal(images[0], np.asarray(palette.convert("RGB")))  # its colours, the alpha dropped
 
 
 def test_jpeg_images_of_any_extension_case_are_decoded(tmp_path):
