@@ -372,12 +372,14 @@ class ImageClassifier(keras.Model):
         if new_head and "class_names" not in changes:
             config["class_names"] = None  # the old names are of the old classes
         copy = type(self).from_config(config)
-        kept = [layer for layer in copy.layers if not (new_head and layer.name == HEAD_LAYER)]
+        # By name: test-time flips add or remove layers, which have no weights.
+        weighted = [layer for layer in copy.layers if layer.weights]
         try:
-            if len(kept) != len(self.layers) - new_head:
-                raise ValueError(f"{len(copy.layers)} layers against {len(self.layers)}")
-            for layer in kept:
-                layer.set_weights(self.get_layer(layer.name).get_weights())
+            if [layer.name for layer in weighted] != [layer.name for layer in self.layers if layer.weights]:
+                raise ValueError("the layers with weights are not this model's")
+            for layer in weighted:
+                if not (new_head and layer.name == HEAD_LAYER):
+                    layer.set_weights(self.get_layer(layer.name).get_weights())
         except ValueError as error:
             raise ValueError(
                 f"`with_config` changes must keep every weight's shape, but for a new `num_classes` ({error}). "
