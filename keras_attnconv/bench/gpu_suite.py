@@ -26,10 +26,15 @@ loss scaling: Keras wraps the optimizer in a `LossScaleOptimizer` under
 mixed_float16 (a finiteness check of every gradient and a conditional update
 each step), and that case puts a figure on its cost beside the scaled one.
 
+Below the tables, the targets of `keras_attnconv.bench.gpu_targets` that the
+run judges, met or missed; a run on a device they are not set for (a CPU)
+judges none and says so, in the table and on stderr when it starts.
+
 Runs without TensorFlow (`KERAS_BACKEND=jax`), the way the GPU machine has it.
 """
 
 import json
+import sys
 
 import keras
 import numpy as np
@@ -37,6 +42,7 @@ from keras import ops
 
 from keras_attnconv.analysis.charts import precision_label
 from keras_attnconv.analysis.throughput import Throughput
+from keras_attnconv.bench.gpu_targets import TARGETS, gpu_of, gpu_targets_markdown
 from keras_attnconv.bench.measure import (
     device_peak_memory,
     interleaved,
@@ -284,6 +290,12 @@ def run_gpu_benchmark(quick=False, output="bench-gpu.json", command=None, **over
             "code": code,
             "rows": [],
         }
+    if gpu_of(results["device"]) is None:
+        print(
+            f"The gpu suite on {results['device'].get('device', 'an unknown device')}: not a GPU the targets are set "
+            f"for ({' and '.join(TARGETS)}). Its figures are this device's and judge none of them.",
+            file=sys.stderr,
+        )
     done = {_case_key(row) for row in results["rows"]}
     for case in cases(settings):
         if _case_key(case) in done:
@@ -357,4 +369,5 @@ def gpu_markdown(results):
                 f"| {row['xla_bytes'] / 1e9:.3g} | {floor:.3g} | {row['step_ms'] / floor:.1f}x "
                 f"| {fit_ms / floor:.1f}x |"
             )
+    lines += ["", gpu_targets_markdown(results)]
     return "\n".join(line for line in lines if line is not None)

@@ -283,6 +283,9 @@ def test_quick_gpu_suite_runs_on_jax_without_tensorflow(tmp_path, jax_without_te
     assert "| step MiB |" in table and "| mixed_float16, no loss scaling |" in table
     assert f"Device: cpu (cpu): {reports.machine_text(results['device'])};" in table  # which CPU, beside its figures
     assert "fit images/s" in result.stdout
+    # No GPU here: said when the run starts, and in the table, which judges none of the GPU targets.
+    assert "The gpu suite on cpu (cpu): not a GPU the targets are set for (H200 and H100)" in result.stderr
+    assert "none judged: the device, cpu (cpu), is not a GPU they are set for." in table
 
 
 # A GPU suite's worker results, made up: the suite's bookkeeping without a device.
