@@ -286,6 +286,8 @@ def test_the_front_pages_figures_are_committed_files_drawn_by_the_command_it_nam
 
 
 def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names():
+    from keras_attnconv.bench import gpu_targets
+
     text = README.read_text()
     commands = re.findall(
         r"attnconv\s+bench\s+--suite\s+gpu((?:\s+--(?!output)\S+\s+\S+)*)\s+--output\s+"
@@ -306,10 +308,11 @@ def test_the_front_pages_gpu_table_is_the_results_files_of_the_commands_it_names
                 measured[key] = row
     rows = table_rows(text, "| model | mixed_bfloat16: step ms, waited for |")
     assert rows
-    for model, step_ms, images_per_second, peak_mib, float32_images, float16_images in rows:
+    for model, step_ms, images_per_second, target, peak_mib, float32_images, float16_images in rows:
         row = measured[model.strip("`"), "mixed_bfloat16"]
         assert step_ms == f"{row['step_ms']:.2f}", model
         assert images_per_second == f"{row['fit_images_per_second']:,.0f}", model
+        assert target == f">= {gpu_targets.TARGETS['H100'][model.strip('`')][1]:,}", model  # the code's
         assert peak_mib == f"{row['peak_memory_mib']:,.0f}", model
         for precision, cell in (("float32", float32_images), ("mixed_float16", float16_images)):
             assert cell == f"{measured[model.strip('`'), precision]['fit_images_per_second']:,.0f}", (model, precision)
