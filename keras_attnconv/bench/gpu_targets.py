@@ -69,13 +69,14 @@ def gpu_targets(results):
             continue
         rate = row["fit_images_per_second"]
         if unit == "ms":
-            measured, met = 1e3 * BATCH / rate, 1e3 * BATCH / rate <= bound
-            target, shown = f"<= {bound:g} ms a step", f"{measured:.2f} ms"
-            shortfall = None if met else f"{measured / bound:.2f}x"
+            step_ms = 1e3 * BATCH / rate
+            met = step_ms <= bound
+            target, shown = f"<= {bound:g} ms a step", f"{step_ms:.2f} ms"
+            shortfall = None if met else f"{step_ms / bound:.2f}x"
         else:
-            measured, met = rate, rate >= bound
-            target, shown = f">= {bound:,} images/s", f"{measured:,.0f} images/s"
-            shortfall = None if met else f"{bound / measured:.2f}x"
+            met = rate >= bound
+            target, shown = f">= {bound:,} images/s", f"{rate:,.0f} images/s"
+            shortfall = None if met else f"{bound / rate:.2f}x"
         path = f" ({row['path']})" if row["path"] else ""  # a ResNet has no attention path
         targets.append(
             {
@@ -97,8 +98,8 @@ def gpu_targets_markdown(results):
         if gpu_of(results["device"]) is None:
             why = f"the device, {results['device'].get('device', 'unknown')}, is not a GPU they are set for"
         else:
-            size = settings["image_size"]
-            why = f"this run is of batch {settings['batch']} on {size}x{size} images, not {BATCH} on 32x32"
+            size, target = settings["image_size"], IMAGE_SIZE
+            why = f"this run is of batch {settings['batch']} on {size}x{size} images, not {BATCH} on {target}x{target}"
         return f"Targets ({source}, {' and '.join(TARGETS)}): none judged: {why}."
     if not targets:
         return (
