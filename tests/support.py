@@ -244,6 +244,14 @@ def assert_same_outputs(actual, expected, atol=0.0, rtol=0.0):
         np.testing.assert_allclose(a, e, atol=atol, rtol=rtol)
 
 
+def assert_same_weights_but_the_head(tuned, model):
+    """Every weight of `tuned` but its ``logits`` layer's is `model`'s, layer by layer (`with_config`'s new head)."""
+    for layer in tuned.layers:
+        if layer.name != "logits":
+            for kept, original in zip(layer.get_weights(), model.get_layer(layer.name).get_weights(), strict=True):
+                np.testing.assert_array_equal(kept, original)
+
+
 def check_config_round_trip(case):
     """`from_config(get_config())` gives the same config and, with the same weights, the same outputs."""
     layer = case.randomized_layer()

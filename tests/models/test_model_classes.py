@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import requires_tensorflow, traced_steps, walk_modules
+from support import assert_same_weights_but_the_head, requires_tensorflow, traced_steps, walk_modules
 
 from keras_attnconv import AttentionClassifier, ResNet, build_model, get_model_config
 from keras_attnconv.layers.encoder import encoder_blocks
@@ -502,10 +502,7 @@ def test_with_config_of_another_number_of_classes_gives_a_new_head_on_the_same_f
     tuned = model.with_config(num_classes=3, class_names=["cat", "dog", "owl"])
     assert tuned.class_names == ("cat", "dog", "owl") and tuned.name == name
     assert tuned.get_layer("logits").kernel.shape == (model.get_layer("logits").kernel.shape[0], 3)
-    for layer in tuned.layers:  # every weight but the head's is the model's
-        if layer.name != "logits":
-            for kept, trained in zip(layer.get_weights(), model.get_layer(layer.name).get_weights(), strict=True):
-                np.testing.assert_array_equal(kept, trained)
+    assert_same_weights_but_the_head(tuned, model)
     images = pixels(4)
     features = keras.Model(model.inputs, model.get_layer("pool").output)
     head = tuned.get_layer("logits")

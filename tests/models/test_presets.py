@@ -12,7 +12,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from support import run_until_killed, snapshot
+from support import assert_same_weights_but_the_head, run_until_killed, snapshot
 
 from keras_attnconv import build_model, from_preset, save_to_preset
 from keras_attnconv.models.presets import load_preset_metadata, model_metadata
@@ -106,10 +106,7 @@ def test_a_preset_with_other_classes_is_its_features_under_a_new_head(tmp_path, 
     assert type(tuned) is type(model) and tuned.name == model.name and tuned.dtype_policy.name == "mixed_bfloat16"
     assert tuned.class_names == tuple(names) and tuned.config.pixel_std == model.config.pixel_std
     assert tuned.get_layer("logits").kernel.shape == (SMALL["hidden_dim"], 5)
-    for layer in tuned.layers:  # the preset's weights, but the head's
-        if layer.name != "logits":
-            for kept, saved in zip(layer.get_weights(), model.get_layer(layer.name).get_weights(), strict=True):
-                np.testing.assert_array_equal(kept, saved)
+    assert_same_weights_but_the_head(tuned, model)  # the preset's
     assert outputs(tuned, images()).shape == (len(images()), 5)
 
 
