@@ -11,6 +11,8 @@ slower than its run of record on each GPU (``training/results/gpu-h200-resnet18.
 shapes, judges none of them and says so.
 """
 
+from keras_attnconv.bench.step_targets import target_line
+
 PRECISION = "mixed_bfloat16"
 BATCH = 100
 IMAGE_SIZE = 32
@@ -106,7 +108,4 @@ def gpu_targets_markdown(results):
             f"Targets ({source}): none judged: this run has no row they are about ({PRECISION}, on the path the "
             f"rule picks, of {', '.join(f'`{model}`' for model in TARGETS[gpu_of(results['device'])])})."
         )
-    lines = [
-        f"- {t['target']}: {t['measured']}, " + ("met" if t["met"] else f"missed by {t['shortfall']}") for t in targets
-    ]
-    return "\n".join([f"Targets ({source}):", *lines])
+    return "\n".join([f"Targets ({source}):", *map(target_line, targets)])

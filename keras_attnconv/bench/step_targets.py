@@ -54,12 +54,17 @@ def step_targets(rows, bfloat16_units):
     return targets
 
 
+def target_line(target):
+    """A judged target (``target``, ``measured``, ``met``, ``shortfall``) as a line of a results table's list;
+    the GPU step's targets (`gpu_targets`) are written the same way."""
+    return f"- {target['target']}: {target['measured']}, " + (
+        "met" if target["met"] else f"missed by {target['shortfall']}"
+    )
+
+
 def targets_markdown(rows, bfloat16_units):
     """`step_targets` as lines of text, with a line for a CPU that has no bfloat16 target; "" where none applies."""
-    lines = [
-        f"- {t['target']}: {t['measured']}, " + ("met" if t["met"] else f"missed by {t['shortfall']}")
-        for t in step_targets(rows, bfloat16_units)
-    ]
+    lines = [target_line(target) for target in step_targets(rows, bfloat16_units)]
     if bfloat16_units is None and _rule_row(rows, "mixed_bfloat16") is not None:
         lines.append(f"- `{MODEL}` mixed_bfloat16: no target on a CPU without bfloat16 units (AMX, AVX-512 BF16)")
     return "\n".join(["Targets (keras_attnconv/bench/step_targets.py):", *lines]) if lines else ""
