@@ -21,14 +21,12 @@ def _models_matching(arguments, argument):
     The names in the order given, a pattern's in the zoo's order, each once. A
     pattern that matches nothing is an error naming it, as an unknown name is.
     """
-    import glob
-
     from keras_attnconv.models import list_models
     from keras_attnconv.utils.checks import did_you_mean
 
     names = []
     for given in arguments:
-        if not glob.has_magic(given):
+        if not any(character in given for character in "*?["):  # fnmatch's wildcards, as list_models takes them
             _check_models([given], argument)
             matches = [given]
         else:
