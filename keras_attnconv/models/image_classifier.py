@@ -138,6 +138,21 @@ def _loss_name(loss):
 HEAD_LAYER = "logits"
 
 
+def copy_weights(source, target, *, new_head=False):
+    """Sets every weight of the model `target` to `source`'s, but its head's (`HEAD_LAYER`) where `new_head`.
+
+    Layer by layer, by name: test-time flips add or remove layers, which have
+    no weights. Raises ValueError where the two models' layers with weights
+    differ, in name or in their weights' shapes.
+    """
+    weighted = [layer for layer in target.layers if layer.weights]
+    if [layer.name for layer in weighted] != [layer.name for layer in source.layers if layer.weights]:
+        raise ValueError("the layers with weights are not this model's")
+    for layer in weighted:
+        if not (new_head and layer.name == HEAD_LAYER):
+            layer.set_weights(source.get_layer(layer.name).get_weights())
+
+
 class ImageClassifier(keras.Model):
     """Base class of the zoo's models: uint8 images -> `PixelNormalization` -> features -> pool -> float32 logits.
 
@@ -372,14 +387,8 @@ class ImageClassifier(keras.Model):
         if new_head and "class_names" not in changes:
             config["class_names"] = None  # the old names are of the old classes
         copy = type(self).from_config(config)
-        # By name: test-time flips add or remove layers, which have no weights.
-        weighted = [layer for layer in copy.layers if layer.weights]
         try:
-            if [layer.name for layer in weighted] != [layer.name for layer in self.layers if layer.weights]:
-                raise ValueError("the layers with weights are not this model's")
-            for layer in weighted:
-                if not (new_head and layer.name == HEAD_LAYER):
-                    layer.set_weights(self.get_layer(layer.name).get_weights())
+            copy_weights(self, copy, new_head=new_head)
         except ValueError as error:
             raise ValueError(
                 f"`with_config` changes must keep every weight's shape, but for a new `num_classes` ({error}). "

@@ -25,6 +25,7 @@ what it holds, and nothing is changed.
 import contextlib
 import datetime
 import errno
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -211,6 +212,17 @@ def _is_earlier_preset(path):
 def _is_our_preset(path):
     kind = mark_of(path)
     return kind == KIND or (kind is None and _is_earlier_preset(path))
+
+
+def preset_digest(preset):
+    """What a preset is, as ``"sha256:<hex>"`` of its files (names, sizes, bytes): a version exported from it
+    records it (``source_digest``), and so does a run that starts from it (``init_from_digest``); its metadata.json
+    holds the time it was written, so no two presets share it."""
+    digest = hashlib.sha256()
+    for file in sorted(path for path in Path(preset).rglob("*") if path.is_file()):
+        content = file.read_bytes()
+        digest.update(f"{file.relative_to(preset).as_posix()}\0{len(content)}\0".encode() + content)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def is_preset(path):

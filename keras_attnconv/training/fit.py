@@ -48,6 +48,7 @@ from keras_attnconv.training.distribution import (
     wait_for_every_process,
     work_around_keras_multi_worker,
 )
+from keras_attnconv.training.fine_tuning import start_from
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.runs import check_same_run, resolve_run_dir, resolved_config
@@ -180,8 +181,9 @@ def _save_best_as_preset(config, plan, run, model, eval_data, final_evaluation):
         "eval_accuracy": float(accuracy),
         "eval_examples": len(plan.eval_batches.labels),
     }  # the export's check for chance needs it
+    tuned = f"fine-tuned from {config.init_from}" if config.init_from is not None else "trained"
     metadata = {
-        "weights": f"trained: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
+        "weights": f"{tuned}: the best epoch by validation accuracy ({record['epoch']} of {config.epochs})",
         "dataset": config.dataset,
         "metrics": metrics,
         "recipe": resolved_config(config, run),
@@ -285,6 +287,8 @@ def _fit_in_scope(config, plan, run, resume_from):
             keras.utils.set_random_seed(config.seed)
         # Built from the config the plan validated, which is not validated again.
         model = plan.model_config.build(name=config.model, dtype=config.precision)
+        if plan.preset_model is not None:  # a fine-tuning run (a resumed one then takes its backup's weights)
+            start_from(model, plan.preset_model)
         jit_compile = resolve_jit_compile_for(model, config.jit_compile, config.precision)
         if config.verbose:
             print(

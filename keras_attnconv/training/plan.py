@@ -11,6 +11,7 @@ class RunPlan:
 
     dataset: object  # DatasetInfo
     model_config: object  # the model's config (a ClassifierConfig), validated once: the run builds from it
+    preset_model: object  # the trained model a fine-tuning run starts from (`fine_tuning.start_from`), or None
     eval_split: str
     train_batches: object
     eval_batches: object
@@ -22,8 +23,19 @@ class RunPlan:
 
 def checked_model_config(config, info):
     """The model's config for `config` on a dataset (`DatasetInfo`), validated; loads no data."""
+    return checked_start(config, info)[1]
+
+
+def checked_start(config, info):
+    """``(preset_model, model_config)``: what a run of `config` on a dataset (`DatasetInfo`) starts from.
+
+    The preset's trained model for a fine-tuning run (`config.init_from`,
+    `fine_tuning.starting_model`), None for new weights; and the run's model
+    config, validated. Loads no data.
+    """
     from keras_attnconv.models import get_model_card, get_model_config
     from keras_attnconv.training.data import pixel_statistics
+    from keras_attnconv.training.fine_tuning import starting_model
 
     get_model_card(config.model, argument="model")  # an unknown model named as the recipe and --model call it
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
@@ -33,6 +45,8 @@ def checked_model_config(config, info):
                 f"`{field}` comes from the dataset ({value} for {config.dataset}) and cannot be "
                 f"overridden. Received: model_overrides={config.model_overrides!r}"
             )
+    if config.init_from is not None:
+        return starting_model(config, info)
     mean, std = pixel_statistics(info, config.normalization)
     model_fields = {
         **from_dataset,
@@ -41,7 +55,7 @@ def checked_model_config(config, info):
         "pixel_std": std,
         **config.model_overrides,
     }
-    return get_model_config(config.model, **model_fields)
+    return None, get_model_config(config.model, **model_fields)
 
 
 def plan_run(config):
@@ -51,7 +65,7 @@ def plan_run(config):
     from keras_attnconv.training.input_pipeline import ArrayBatches
 
     info = dataset_info(config.dataset)
-    model_config = checked_model_config(config, info)
+    preset_model, model_config = checked_start(config, info)
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
     train_arrays = load_arrays(config.dataset, "train", **data_args)
@@ -89,7 +103,16 @@ def plan_run(config):
         config.min_warmup_epochs,
     )
     return RunPlan(
-        info, model_config, eval_split, train_batches, eval_batches, steps_per_epoch, schedule, strategy, replicas
+        info,
+        model_config,
+        preset_model,
+        eval_split,
+        train_batches,
+        eval_batches,
+        steps_per_epoch,
+        schedule,
+        strategy,
+        replicas,
     )
 
 

@@ -70,11 +70,23 @@ class TrainConfig:
     ``model_overrides = {test_time_flips = true}``
     (`keras_attnconv.models.ClassifierConfig`), which every run measures both
     ways (``eval_accuracy_by_test_time_flips`` in ``metrics.json``).
+
+    ``init_from`` fine-tunes a trained model instead of training new weights:
+    a preset directory, or a finished run (its ``preset/``). The run's model
+    is the preset's, with its architecture and its pixel statistics (which
+    its features were trained on; ``normalization`` is not used), on the
+    dataset's classes: another number of classes gets a new ``logits``
+    layer (`keras_attnconv.models.ImageClassifier.with_config`). ``model``
+    must be the preset's; ``model_overrides`` may change only what keeps
+    every weight's shape (dropout, ``test_time_flips``, ...). The run records
+    the preset's digest (``init_from_digest`` in its ``config.json``): a
+    preset changed under an unfinished run is a changed configuration.
     """
 
     name: str = "run"
     model: str = "quadratic"
     model_overrides: dict = dataclasses.field(default_factory=dict)
+    init_from: "str | None" = None
     dataset: str = "cifar10"
     data_dir: "str | None" = None
     download: bool = False
@@ -107,10 +119,10 @@ class TrainConfig:
             object.__setattr__(self, field, none_word(getattr(self, field)))
         for field in ("name", "model", "dataset", "runs_dir"):
             _check_text(field, getattr(self, field))
-        for field in ("data_dir", "eval_split", "run_dir", "export_dir"):  # the optional text fields
+        for field in ("init_from", "data_dir", "eval_split", "run_dir", "export_dir"):  # the optional text fields
             if getattr(self, field) is not None:
                 _check_text(field, getattr(self, field))
-        for field in ("name", "dataset", "data_dir", "runs_dir", "run_dir", "export_dir"):  # names of files
+        for field in ("name", "init_from", "dataset", "data_dir", "runs_dir", "run_dir", "export_dir"):  # files
             if getattr(self, field) is not None:
                 check_path(field, getattr(self, field))
         if "/" in self.name or self.name in (".", ".."):
@@ -153,13 +165,14 @@ class TrainConfig:
 
 
 #: The fields whose value can be omitted (None; "none" in a recipe or on the command line).
-OPTIONAL_FIELDS = ("data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
+OPTIONAL_FIELDS = ("init_from", "data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
 
 # What each field is, in a line: `attnconv train --help` shows it beside the flag (a test keeps it whole).
 FIELD_MEANINGS = {
     "name": "the run's name, its directory's under runs_dir (-1, -2, ... after finished runs)",
     "model": "a registered model (attnconv list)",
     "model_overrides": "fields of the model's config, a TOML table: '{num_layers = 2}'",
+    "init_from": "a preset (or a finished run) whose trained model the run fine-tunes (none: new weights)",
     "dataset": "cifar10 or cifar100 (tensorflow-datasets), cifar10_sample (in the package), a .npz or an image folder",
     "data_dir": "where tensorflow-datasets keeps its data",
     "download": "let tensorflow-datasets download the dataset",

@@ -3,11 +3,18 @@
 import dataclasses
 import itertools
 
+from keras_attnconv.training.fine_tuning import init_from_digest
 from keras_attnconv.training.run_directory import RunDirectory
 
 #: Fields added to `TrainConfig` after runs were recorded without them, at the value that does what the package did
 #: before (min_warmup_epochs: no minimum; its default, 6, would resume such a run with a longer warm-up).
-BEFORE_THE_FIELD = {"min_warmup_epochs": 0.0, "label_smoothing": 0.0, "ema_momentum": 0.0, "cutout": 0}
+BEFORE_THE_FIELD = {
+    "min_warmup_epochs": 0.0,
+    "label_smoothing": 0.0,
+    "ema_momentum": 0.0,
+    "cutout": 0,
+    "init_from": None,
+}
 
 
 def resolve_run_dir(config):
@@ -45,8 +52,17 @@ def finished_run(config):
 
 
 def resolved_config(config, run):
-    """The dict written to ``config.json``: the config with its run directory."""
-    return {**dataclasses.asdict(config), "run_dir": str(run)}
+    """The dict written to ``config.json``: the config with its run directory, and what its `init_from` holds.
+
+    A fine-tuning run records the digest of the preset it starts from
+    (``init_from_digest``, `fine_tuning.init_from_digest`): the same
+    command with the preset changed is another configuration, which never
+    resumes an unfinished run of the first nor counts as its finished run.
+    """
+    resolved = {**dataclasses.asdict(config), "run_dir": str(run)}
+    if config.init_from is not None:
+        resolved["init_from_digest"] = init_from_digest(config.init_from)
+    return resolved
 
 
 def same_run(saved, resolved):

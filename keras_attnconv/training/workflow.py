@@ -10,7 +10,6 @@ The published version names what it was exported from (its preset's digest,
 the run again.
 """
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import keras
 
 from keras_attnconv.export.exporter import export_model, served_version
 from keras_attnconv.export.root import ExportRoot
-from keras_attnconv.models.presets import load_preset, load_preset_metadata
+from keras_attnconv.models.presets import load_preset, load_preset_metadata, preset_digest
 from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.run_directory import RunDirectory, preset_of
@@ -58,7 +57,7 @@ def export_run(config, run):
         return None
 
     with run.lock():
-        digest = source_digest(preset_of(run.path))  # read once: the preset holds the model's weights
+        digest = preset_digest(preset_of(run.path))  # read once: the preset holds the model's weights
         path = published_export(run, config.export_dir, digest) or export_source(
             run.path, config.export_dir, digest=digest
         )
@@ -74,7 +73,7 @@ def export_run(config, run):
 
 
 def published_export(run, export_dir, digest):
-    """The version of `export_dir` already exported from `run`'s preset (`digest`, its `source_digest`), or None.
+    """The version of `export_dir` already exported from `run`'s preset (`digest`: its ``source_digest``), or None.
 
     A run killed after its export was published but before ``export.json``
     was written is found so: the same command then records that version
@@ -88,16 +87,6 @@ def published_export(run, export_dir, digest):
         root.update_models_config()
         print(f"{run} was already exported as {path}; recording it.", file=sys.stderr)
     return path
-
-
-def source_digest(preset):
-    """What a preset is, as ``"sha256:<hex>"`` of its files (names, sizes, bytes): a version exported from it
-    records it (its metadata.json holds the time it was written, so no two presets share it)."""
-    digest = hashlib.sha256()
-    for file in sorted(path for path in Path(preset).rglob("*") if path.is_file()):
-        content = file.read_bytes()
-        digest.update(f"{file.relative_to(preset).as_posix()}\0{len(content)}\0".encode() + content)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def check_apart(run, export_dir):
@@ -160,7 +149,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
     ``metadata.json`` then records ``"allow_chance": true`` and what was at
     chance (``"at_chance"``). A preset that records no accuracy, or too few
     images to tell (`callbacks.chance_interval`), is exported as it is.
-    `digest` is the preset's `source_digest`, where the caller has it already.
+    `digest` is the preset's `preset_digest`, where the caller has it already.
     """
     check_bool("allow_chance", allow_chance)
     root = ExportRoot(export_dir, kwargs.get("format", "saved_model"))
@@ -173,7 +162,7 @@ def export_source(source, export_dir=None, *, allow_chance=False, digest=None, *
     metadata = {
         **recorded,
         "source": os.path.relpath(preset.resolve(), root.path.resolve()),
-        "source_digest": digest or source_digest(preset),
+        "source_digest": digest or preset_digest(preset),
         **checked,
         **(kwargs.pop("metadata", None) or {}),
     }
