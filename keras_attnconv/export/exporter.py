@@ -88,6 +88,7 @@ def export_model(
     if serve:
         root.check_serve(name, version, base_path)
     root.check_new_version(name, version)  # fail before the work; rechecked at publication
+    root.check_same_answers(name, model.preprocessing)
     json.dumps(metadata, allow_nan=False)  # not JSON (a type, a NaN): an error before the work
 
     exported = serving_copy(model, compute_dtype)

@@ -203,6 +203,33 @@ class ExportRoot:
                 return self.path / name / str(version)
         return None
 
+    def check_same_answers(self, name, preprocessing):
+        """Raises ValueError unless a new version of `name` takes the input and gives the classes of its versions.
+
+        A client of TF Serving (or of an export root of ONNX or LiteRT files)
+        asks a model by its name, and any of its versions may answer: a
+        version of other classes (a fine-tuned model, a model trained on
+        another dataset) or of another input would answer it otherwise. Such a
+        model is exported under a name of its own. `preprocessing` is the new
+        model's (`ImageClassifier.preprocessing`); a version that records none
+        (not the package's) is not compared, and its normalisation may differ,
+        as it is inside the exported graph.
+        """
+        new = json.loads(json.dumps(preprocessing))  # as metadata.json holds it: lists, not tuples
+        for version in self.versions(name):
+            recorded = self._metadata(name, version).get("preprocessing")
+            if not isinstance(recorded, dict):
+                continue
+            for field, what in (("class_names", "classes"), ("input", "input")):
+                if recorded.get(field) != new[field]:
+                    raise ValueError(
+                        f"{self.path / name} holds version {version}, whose {what} ({_abridged(recorded.get(field))}) "
+                        f"are not this model's ({_abridged(new[field])}): a client asks {name!r} by its name, and any "
+                        f"of its versions may answer, so one name serves one input and one set of classes. Export "
+                        f"this model under a name of its own (attnconv export --name, serving_name=). "
+                        f"Received: name={name!r}"
+                    )
+
     def next_version(self, name):
         """1 + the largest numbered directory of `name`, complete or not (1 if none)."""
         model_dir = self.path / name
@@ -373,3 +400,12 @@ class ExportRoot:
                     entry.model_version_policy.specific.versions[:] = [serve[model_name]]
             config_file.write(path, config, text)
         return path
+
+
+def _abridged(value, limit=6):
+    """`value` for an error message: a long list of class names as its first few, and how many there are."""
+    if isinstance(value, list) and len(value) > limit:
+        return f"{', '.join(map(str, value[:limit]))}, ... ({len(value)} in all)"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return json.dumps(value)

@@ -97,6 +97,16 @@ class ClassifierConfig:
         object.__setattr__(self, field, value)  # normalising a field of the frozen dataclass in __post_init__
 
     @property
+    def preprocessing(self):
+        """What a client of this config's model (or of its exports) needs to know about its input and output."""
+        size = self.image_size
+        return {
+            "input": {"name": "images", "dtype": "uint8", "shape": [None, size, size, 3]},
+            "normalization": {"mean": list(self.pixel_mean), "std": list(self.pixel_std)},
+            "class_names": list(self.resolved_class_names),
+        }
+
+    @property
     def resolved_class_names(self):
         """The class names: `class_names`, or the default for `num_classes`."""
         if self.class_names is not None:
@@ -363,12 +373,7 @@ class ImageClassifier(keras.Model):
     @property
     def preprocessing(self):
         """What a client of the model (or of any of its exports) needs to know about its input and output."""
-        size = self.config.image_size
-        return {
-            "input": {"name": "images", "dtype": "uint8", "shape": [None, size, size, 3]},
-            "normalization": {"mean": list(self.config.pixel_mean), "std": list(self.config.pixel_std)},
-            "class_names": list(self.class_names),
-        }
+        return self.config.preprocessing
 
     def with_config(self, **changes):
         """A new model of this class whose config has `changes`, holding this model's weights.

@@ -114,8 +114,9 @@ def check_apart(run, export_dir):
 def train_and_export(config):
     """Trains `config` (or takes its finished, unexported run) and exports the best checkpoint; returns metrics.
 
-    An export root that could not be written, or that is inside the run directory (or holds it), is an error
-    before the training, not after it. A run that learned
+    An export root that could not be written, that is inside the run directory (or holds it), or whose versions of
+    the model's name take another input or give other classes (`ExportRoot.check_same_answers`: a fine-tuned model,
+    or one trained on another dataset), is an error before the training, not after it. A run that learned
     nothing is never exported: one stopped by `StopWhenNothingLearned` raises before the export, and a finished
     run whose best model is at chance is refused by `export_source` (`NothingLearnedError` either way).
     """
@@ -125,7 +126,15 @@ def train_and_export(config):
     if config.export_dir:
         # On another backend the export is left for later, where TensorFlow is (`export_run`); the root it names is
         # checked now all the same, but for its models.config, which only TensorFlow's side reads.
-        ExportRoot(config.export_dir).check(models_config=keras.backend.backend() == "tensorflow")
+        root = ExportRoot(config.export_dir)
+        root.check(models_config=keras.backend.backend() == "tensorflow")
+        if run is None:  # the model to be trained must answer as the versions of its name there do
+            from keras_attnconv.training.data import dataset_info  # loaded by the commands that load data
+            from keras_attnconv.training.plan import checked_model_config
+
+            root.check_same_answers(
+                config.model, checked_model_config(config, dataset_info(config.dataset)).preprocessing
+            )
     if run is None:
         metrics = train(config)
         run = RunDirectory(metrics["run_dir"])

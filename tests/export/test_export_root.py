@@ -387,3 +387,33 @@ def test_models_config_keeps_its_leading_comments_and_says_once_which_others_go(
         warnings.simplefilter("error")  # said once: nothing more goes
         export.export_model(tiny_model(name="third"), root, warmup=False)
     assert (root / "models.config").read_text().startswith("# The lab's TF Serving models (ana@lab).\n")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"num_classes": 4}, {"class_names": ["owl", "cat", "dog"]}, {"image_size": 16}],
+    ids=["more classes", "other class names", "another input"],
+)
+def test_a_version_of_other_classes_or_input_is_refused_under_the_name_before_any_work(tmp_path, change):
+    root = tmp_path / "root"
+    export.export_model(tiny_model(), root, warmup=False)
+    before = snapshot(root)
+    other = tiny_model().with_config(**change)
+    with pytest.raises(ValueError, match=r"root/tiny holds version 1, whose .* are not this model's .*--name"):
+        export.export_model(other, root, warmup=False)
+    assert snapshot(root) == before
+    assert export.export_model(other, root, serving_name="tiny_v2", warmup=False) == root / "tiny_v2" / "1"
+
+
+def test_the_same_classes_and_input_with_another_normalization_are_a_new_version(tmp_path):
+    root = tmp_path / "root"
+    export.export_model(tiny_model(), root, warmup=False)
+    other = tiny_model().with_config(pixel_mean=(0.5, 0.5, 0.5))  # inside the exported graph: no client sees it
+    assert export.export_model(other, root, warmup=False) == root / "tiny" / "2"
+
+
+def test_a_version_that_records_no_preprocessing_is_not_compared(tmp_path):
+    root = tmp_path / "root"
+    (root / "tiny" / "7").mkdir(parents=True)
+    (root / "tiny" / "7" / "saved_model.pb").write_bytes(b"their model")  # TF Serving's, not the package's
+    assert export.export_model(tiny_model(), root, warmup=False) == root / "tiny" / "8"

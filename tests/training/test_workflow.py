@@ -305,3 +305,23 @@ def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_t
     assert err.count("\n") == 1 and str(paths["export_dir"]) in err
     assert str(paths["run_dir"] or paths["runs_dir"]) in err and "Received:" in err
     assert list(tmp_path.iterdir()) == []  # before any run exists
+
+
+@tensorflow_backend_only("the export, and its check before the training, need TensorFlow")
+def test_a_run_whose_model_would_answer_other_classes_than_its_names_versions_is_refused_before_it_trains(
+    small_npz, tmp_path
+):
+    import numpy as np
+    from support import SMALL_MODEL, small_config
+
+    from keras_attnconv import build_model
+
+    root = tmp_path / "saved_models"
+    export.export_model(build_model("quadratic_tiny", image_size=8, **SMALL_MODEL), root, warmup=False)  # 10 classes
+    data = np.load(small_npz)
+    three = {f"{k}_{split}": data[f"{k}_{split}"][data[f"y_{split}"] < 3] for k in "xy" for split in ("train", "test")}
+    np.savez(tmp_path / "three.npz", **three)
+    config = small_config(str(tmp_path / "three.npz"), tmp_path / "run", export_dir=str(root))
+    with pytest.raises(ValueError, match=r"quadratic_tiny holds version 1, whose classes \(airplane, .*\) are not"):
+        workflow.train_and_export(config)
+    assert not (tmp_path / "run").exists()
