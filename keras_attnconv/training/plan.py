@@ -37,7 +37,8 @@ def checked_start(config, info):
     from keras_attnconv.training.data import pixel_statistics
     from keras_attnconv.training.fine_tuning import starting_model
 
-    get_model_card(config.model, argument="model")  # an unknown model named as the recipe and --model call it
+    if config.init_from is None:  # a preset's model may be no registered one (a pruned model: `<name>_pruned`)
+        get_model_card(config.model, argument="model")  # an unknown model named as the recipe and --model call it
     from_dataset = {"num_classes": info.num_classes, "image_size": info.image_size}
     for field, value in from_dataset.items():
         if field in config.model_overrides and config.model_overrides[field] != value:

@@ -153,3 +153,15 @@ def test_images_of_another_size_are_refused_only_where_a_weight_depends_on_it(sm
             match=r"keeps the preset's weights, so its dataset \(.*: 8x8 images, 10 classes\).*encoder_0 weight shape",
         ):
             check_run(config)
+
+
+def test_a_pruned_model_fine_tunes_under_its_own_name(trained_run, small_npz, tmp_path):
+    # Appendix E: the degenerate heads pruned (here every head but the sharpest of each block), then fine-tuned.
+    from keras_attnconv import prune_degenerate_heads, save_to_preset
+
+    pruned, _ = prune_degenerate_heads(from_preset(trained_run / "preset"), max_eigenvalue=1e9)
+    save_to_preset(pruned, tmp_path / "pruned")
+    train(fine_tuning(small_npz, tmp_path / "tuned", tmp_path / "pruned", model="quadratic_tiny_pruned"))
+    tuned = from_preset(tmp_path / "tuned" / "preset")
+    assert tuned.name == "quadratic_tiny_pruned" and tuned.config.num_heads == pruned.config.num_heads == (1,)
+    assert_same_weights_but_the_head(tuned, pruned, atol=1e-6)
