@@ -175,9 +175,16 @@ def choice_gains_markdown(report):
         "",
         f"Data: `{report['data']['file']}` ({report['data']['digest']}).",
         f"Made by {made or 'a command not recorded'}.",
+        *_machines_line([base, *report["runs"]]),
         "",
         "Package commits: "
         + ", ".join(f"{run.get('variant', 'the base')} {run['commit']}" for run in [base, *report["runs"]])
         + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _machines_line(records):
+    """The machines the runs trained on, as the lines of markdown that say so (none where no run recorded its)."""
+    machines = list(dict.fromkeys(record["machine"] for record in records if record.get("machine")))
+    return ["", f"Machine{'s' if len(machines) > 1 else ''}: {'; '.join(machines)}."] if machines else []

@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 
 from keras_attnconv.analysis.charts import accuracy_standard_error
-from keras_attnconv.models import get_paper_figures
+from keras_attnconv.models import get_paper_figures, list_models
 from keras_attnconv.training.callbacks import csv_history
 from keras_attnconv.training.recipe import load_recipe, recipe_names
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.checks import check_path
 from keras_attnconv.utils.files import file_digest
-from keras_attnconv.utils.reports import percent
+from keras_attnconv.utils.reports import device_text, percent
 
 #: The rows of the paper's Table 1, by the registered names of their models.
 TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
@@ -47,8 +47,15 @@ def changes_from_recipe(config):
 
 
 def changes_label(changes):
-    """Changed settings as the tables show them: ``ema_momentum 0.999, label_smoothing 0.1``."""
-    return ", ".join(f"{k} {json.dumps(v)}" for k, v in changes.items())
+    """Changed settings as the tables show them: ``ema_momentum 0.999, label_smoothing 0.1``; a digest
+    (``init_from_digest``) by its first 12 hexadecimal digits, which tell presets apart as well in a table."""
+
+    def shown(value):
+        if isinstance(value, str) and value.startswith("sha256:") and len(value) > len("sha256:") + 12:
+            return json.dumps(value[: len("sha256:") + 12] + "...")
+        return json.dumps(value)
+
+    return ", ".join(f"{k} {shown(v)}" for k, v in changes.items())
 
 
 def _recipe_label(record):
@@ -85,6 +92,7 @@ def run_record(path, device=None):
         "recipe": config["name"],
         "model": config["model"],
         "device": machine.get("device") or device,
+        "machine": device_text(machine) if machine.get("device") else None,  # a CPU's model and bfloat16 units
         "libraries": ", ".join(f"{name} {machine[name]}" for name in _LIBRARIES if name in machine) or None,
         "commit": (metrics or {}).get("package", {}).get("commit"),
         "settings": {k: v for k, v in sorted(config.items()) if k not in _PLACES},
@@ -92,7 +100,8 @@ def run_record(path, device=None):
         "epochs": config["epochs"],
         "epochs_completed": len(history.get("val_accuracy", [])),
         "finished": metrics is not None,
-        "paper_accuracy": get_paper_figures(config["model"]).accuracy,
+        # A fine-tuned model need not be registered (a pruned one: `<name>_pruned`): no paper row then.
+        "paper_accuracy": get_paper_figures(config["model"]).accuracy if config["model"] in list_models() else None,
         "history": history,
         "epoch_seconds": (
             json.loads(run.epoch_seconds.read_text())["epoch_seconds"] if run.epoch_seconds.exists() else []

@@ -135,3 +135,19 @@ def test_the_command_writes_the_results_and_its_table(runs, small_npz, tmp_path,
     assert main([*arguments[:1], str(runs["seed"]), *arguments[2:], "--data-name", "x", "--output", str(output),
                  "--update"]) == 0  # fmt: skip
     assert [run["variant"] for run in json.loads(output.read_text())["runs"]] == ["label_smoothing 0.1", "seed 1"]
+
+
+def test_the_table_says_which_machine_each_run_trained_on(runs, small_npz):
+    from keras_attnconv.utils.reports import device_text
+
+    report = choice_gains_report([runs["smoothed"]], base=runs["base"], data_file=small_npz, **DATA)
+    machine = device_text(metrics_of(runs["base"])["machine"])  # on a CPU: its model and bfloat16 units
+    assert report["base"]["machine"] == report["runs"][0]["machine"] == machine
+    assert f"\nMachine: {machine}.\n" in choice_gains_markdown(report)
+
+
+def test_a_digest_is_labelled_by_its_first_twelve_digits():
+    digest = "sha256:" + "0123456789ab" + "f" * 52
+    assert variant_label({"init_from": "runs/base", "init_from_digest": digest}) == (
+        'init_from "runs/base", init_from_digest "sha256:0123456789ab..."'
+    )

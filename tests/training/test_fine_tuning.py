@@ -155,7 +155,9 @@ def test_images_of_another_size_are_refused_only_where_a_weight_depends_on_it(sm
             check_run(config)
 
 
-def test_a_pruned_model_fine_tunes_under_its_own_name(trained_run, small_npz, tmp_path):
+def test_a_pruned_model_fine_tunes_under_its_own_name_which_results_files_record_with_no_paper_row(
+    trained_run, small_npz, tmp_path
+):
     # Appendix E: the degenerate heads pruned (here every head but the sharpest of each block), then fine-tuned.
     from keras_attnconv import prune_degenerate_heads, save_to_preset
 
@@ -165,3 +167,6 @@ def test_a_pruned_model_fine_tunes_under_its_own_name(trained_run, small_npz, tm
     tuned = from_preset(tmp_path / "tuned" / "preset")
     assert tuned.name == "quadratic_tiny_pruned" and tuned.config.num_heads == pruned.config.num_heads == (1,)
     assert_same_weights_but_the_head(tuned, pruned, atol=1e-6)
+    from keras_attnconv.training.table1 import run_record
+
+    assert run_record(tmp_path / "tuned")["paper_accuracy"] is None  # `attnconv choices` and `table1` read it
