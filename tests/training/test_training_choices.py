@@ -130,13 +130,15 @@ def test_a_run_with_cutout_cuts_its_training_batches_with_the_mean_pixel_and_eva
     assert not (tmp_path / "too large").exists()
 
 
-def test_the_documented_gains_are_those_of_the_results_file():
+def documented_gains(results_file):
+    """The results file of `attnconv choices` and docs/training.md, once each of its runs' rows is found there with
+    the gain over its base that the file's accuracies give."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    results = json.loads((root / "training/results/choices-cpu.json").read_text())
+    results = json.loads((root / "training/results" / results_file).read_text())
     documented = (root / "docs/training.md").read_text()
-    base = results["runs"][0]["test_accuracy"]
+    base = (results.get("base") or results["runs"][0])["test_accuracy"]  # a file of before had its base first
     for run in results["runs"]:
         assert run["gain_points"] == pytest.approx(100 * (run["test_accuracy"] - base))
         row = (
@@ -144,6 +146,12 @@ def test_the_documented_gains_are_those_of_the_results_file():
             f"{run['gain_points']:+.2f} ± {run['gain_standard_error_points']:.2f} |"
         )
         assert row in documented, row
+    return results, documented
+
+
+def test_the_documented_gains_are_those_of_the_results_file():
+    results, documented = documented_gains("choices-cpu.json")
+    base = results["runs"][0]["test_accuracy"]
     flips = results["test_time_flips"]
     assert flips["test_accuracy_of_the_run"] == base  # the base run made again
     assert flips["gain"] == pytest.approx(flips["with"] - flips["without"])
@@ -153,6 +161,11 @@ def test_the_documented_gains_are_those_of_the_results_file():
         f"with flips, {flips['right_only_without']} only without)"
     )
     assert figures in " ".join(documented.split()), figures
+
+
+def test_the_documented_fine_tuning_gains_are_those_of_their_results_file():
+    results, _ = documented_gains("transfer-cpu.json")
+    assert {"init_from", "init_from_digest"} <= set(results["runs"][0]["changes"])  # fine-tuned, from a preset
 
 
 @pytest.mark.parametrize("flips", [False, True])
