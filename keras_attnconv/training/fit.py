@@ -83,8 +83,11 @@ def _logging_callbacks(run):
     return callbacks
 
 
-def train(config):
+def train(config, plan=None):
     """Trains `config` (a `TrainConfig`) and returns the final metrics dict (also in ``metrics.json``).
+
+    `plan` is `plan_run(config)` where the caller has made it already (`attnconv train` checks its
+    model against the export root before training); None makes it.
 
     Raises ValueError naming the field for a bad dataset, model override,
     schedule or strategy before anything is written; `RunInUseError` when
@@ -98,7 +101,7 @@ def train(config):
     precision is the model's own (``build_model(..., dtype=config.precision)``):
     Keras' global dtype policy is neither read nor changed.
     """
-    plan = plan_run(config)
+    plan = plan or plan_run(config)
     run = resolve_run_dir(config)
     resolved = resolved_config(config, run)
     check_same_run(run, resolved)

@@ -63,15 +63,23 @@ def plan_run(config):
     """Checks the dataset, model configuration, schedule and strategy of `config`; writes nothing."""
     from keras_attnconv.optim import run_schedule
     from keras_attnconv.training.data import dataset_info, load_arrays
+    from keras_attnconv.training.fine_tuning import init_from_preset
     from keras_attnconv.training.input_pipeline import ArrayBatches
 
     info = dataset_info(config.dataset)
-    preset_model, model_config = checked_start(config, info)
+    if config.init_from is None:
+        preset_model, model_config = checked_start(config, info)
+    else:
+        init_from_preset(config.init_from)  # no preset there: said before the data is read
     eval_split = config.eval_split or info.eval_split
     data_args = {"data_dir": config.data_dir, "download": config.download}
     train_arrays = load_arrays(config.dataset, "train", **data_args)
     eval_arrays = load_arrays(config.dataset, eval_split, **data_args, argument="eval_split")
     strategy = make_strategy(config.strategy)
+    if config.init_from is not None:
+        # Loading the preset builds a model, which starts TensorFlow's runtime: tf.distribute's multi-worker
+        # strategy configures its collective ops before that or not at all ("at program startup").
+        preset_model, model_config = checked_start(config, info)
     replicas = replica_count(strategy)
     if config.batch_size % replicas:
         raise ValueError(

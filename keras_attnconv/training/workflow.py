@@ -21,6 +21,7 @@ from keras_attnconv.export.root import ExportRoot
 from keras_attnconv.models.presets import load_preset, load_preset_metadata, preset_digest
 from keras_attnconv.training.callbacks import NothingLearnedError, at_chance, describe_chance
 from keras_attnconv.training.fit import train
+from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory, preset_of
 from keras_attnconv.training.runs import finished_run, resolve_run_dir
 from keras_attnconv.utils.checks import check_bool
@@ -128,15 +129,11 @@ def train_and_export(config):
         # checked now all the same, but for its models.config, which only TensorFlow's side reads.
         root = ExportRoot(config.export_dir)
         root.check(models_config=keras.backend.backend() == "tensorflow")
-        if run is None:  # the model to be trained must answer as the versions of its name there do
-            from keras_attnconv.training.data import dataset_info  # loaded by the commands that load data
-            from keras_attnconv.training.plan import checked_model_config
-
-            root.check_same_answers(
-                config.model, checked_model_config(config, dataset_info(config.dataset)).preprocessing
-            )
     if run is None:
-        metrics = train(config)
+        plan = plan_run(config)
+        if config.export_dir:  # the model to be trained must answer as the versions of its name there do
+            root.check_same_answers(config.model, plan.model_config.preprocessing)
+        metrics = train(config, plan)
         run = RunDirectory(metrics["run_dir"])
     else:
         print(f"{run} finished training but was not exported; exporting it.", file=sys.stderr)

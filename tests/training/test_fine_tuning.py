@@ -170,3 +170,16 @@ def test_a_pruned_model_fine_tunes_under_its_own_name_which_results_files_record
     from keras_attnconv.training.table1 import run_record
 
     assert run_record(tmp_path / "tuned")["paper_accuracy"] is None  # `attnconv choices` and `table1` read it
+
+
+def test_the_preset_is_loaded_once_the_strategy_is_made(trained_run, three_classes, tmp_path, monkeypatch):
+    # Building the preset's model starts TensorFlow's runtime, and tf.distribute's multi-worker strategy configures
+    # its collective ops before that or not at all ("Collective ops must be configured at program startup").
+    from keras_attnconv.models import presets
+    from keras_attnconv.training import plan
+
+    events, make_strategy, load_preset = [], plan.make_strategy, presets.load_preset
+    monkeypatch.setattr(plan, "make_strategy", lambda *a, **k: events.append("strategy") or make_strategy(*a, **k))
+    monkeypatch.setattr(presets, "load_preset", lambda *a, **k: events.append("preset") or load_preset(*a, **k))
+    plan.plan_run(fine_tuning(three_classes, tmp_path / "tuned", trained_run))
+    assert events == ["strategy", "preset"]
