@@ -46,10 +46,21 @@ def tensorflow_backend_only(why):
     return pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason=f"TensorFlow backend only: {why}")
 
 
+def skip_xla_on_torch():
+    """Skips an XLA check on PyTorch, where Keras' `jit_compile=True` means torch.compile, which is not checked."""
+    if keras.backend.backend() == "torch":
+        pytest.skip("XLA is TensorFlow's and JAX's compiler; on PyTorch, jit_compile=True is torch.compile")
+
+
 def randomize_weights(layer, seed=0, scale=0.3):
     """Gives every weight of `layer` a random value, so that no term hides behind a zero init."""
     rng = np.random.default_rng(seed)
     layer.set_weights([rng.normal(0.0, scale, w.shape).astype("float32") for w in layer.get_weights()])
+
+
+def dtype_of(tensor):
+    """A tensor's dtype as Keras names it (``"float32"``): PyTorch's are ``torch.float32``, unequal to the name."""
+    return keras.backend.standardize_dtype(tensor.dtype)
 
 
 def numpy_outputs(outputs):
@@ -67,7 +78,7 @@ def value_and_gradients(layer, x, **call_kwargs):
     def loss_of(outputs):
         rng = np.random.default_rng(9)
         return sum(
-            ops.sum(ops.cast(y, "float32") * rng.normal(size=tuple(y.shape)).astype("float32"))
+            ops.sum(ops.multiply(ops.cast(y, "float32"), rng.normal(size=tuple(y.shape)).astype("float32")))
             for y in keras.tree.flatten(outputs)
         )
 
@@ -96,6 +107,20 @@ def value_and_gradients(layer, x, **call_kwargs):
 
         (_, outputs), grads = loss(x, [v.value for v in layer.trainable_variables])
         return outputs, [grads[0], *grads[1]]
+    if backend == "torch":
+        import torch
+
+        x = torch.tensor(x, requires_grad=True)
+        # Keras on PyTorch draws unseeded dropout from torch's global generator, not the layer's seed: seeded here
+        # so that two layers built from one seed (a path and its reference) drop the same links, as elsewhere.
+        torch.manual_seed(0)
+        outputs = layer(x, **call_kwargs)
+        weights = [v.value for v in layer.trainable_variables]  # the torch.nn.Parameter behind each variable
+        loss = loss_of(outputs)
+        if not loss.requires_grad:  # outputs that depend on no input or weight (a fixed encoding)
+            return outputs, [None] * (1 + len(weights))
+        # None for a weight the loss does not reach, as TensorFlow's tape gives it.
+        return outputs, list(torch.autograd.grad(loss, [x, *weights], allow_unused=True))
     pytest.skip(f"no gradient helper for backend {backend}")
 
 
@@ -278,6 +303,7 @@ def check_keras_file_round_trip(case):
 
 def check_xla_equals_eager(case):
     """The layer compiled with XLA (a `jit_compile=True` model) computes what it computes eagerly."""
+    skip_xla_on_torch()
     model = case.model(case.randomized_layer())
     model.compile(jit_compile=True)
     assert model.jit_compile is True
@@ -383,6 +409,7 @@ def check_distinct_initial_weights(case):
 
 def check_jit_compiled_fit_step(case):
     """One `fit` step compiled with XLA gives a finite loss and changes the weights (the model's first block)."""
+    skip_xla_on_torch()
     model = case.model(**case.first_block_overrides())
     model.compile(
         optimizer=keras.optimizers.SGD(0.01, momentum=0.9),

@@ -150,7 +150,9 @@ class AttentionSpan(keras.layers.Layer):
         """``log g_h`` for every head and (query, key) pixel pair: (heads, H*W, H*W), float32."""
         if self.span_dims == 2:
             return combine_axis_scores(*self.axis_log_modulation(height, width))
-        offsets = axis_shifts(height * width)[None] - ops.convert_to_tensor(self.span_center)[:, 0, None, None]
+        offsets = ops.subtract(
+            axis_shifts(height * width)[None], ops.convert_to_tensor(self.span_center)[:, 0, None, None]
+        )
         return -0.5 * ops.square(offsets / self.sigma[:, 0, None, None])
 
     def score_bias(self, height, width, window_mask=None):
@@ -178,7 +180,10 @@ class AttentionSpan(keras.layers.Layer):
         axes = (neighbourhood.row_shift, neighbourhood.col_shift) if self.span_dims == 2 else (neighbourhood.offset,)
         log_g = 0.0
         for axis, shift in enumerate(axes):
-            z = (shift.astype("float32")[None] - centers[:, axis, None, None, None]) / sigma[:, axis, None, None, None]
+            z = (
+                ops.subtract(shift.astype("float32")[None], centers[:, axis, None, None, None])
+                / sigma[:, axis, None, None, None]
+            )
             log_g = log_g - 0.5 * ops.square(z)
         return self._threshold(log_g, neighbourhood.mask)
 

@@ -134,8 +134,8 @@ class GaussianScore(_GaussianScoreBase):
         inverse = self.inverse_covariance()
         d1, d2 = shift_grid(height, width)
         centers = ops.convert_to_tensor(self.centers)
-        z1 = d1[None] - centers[:, 0, None, None]
-        z2 = d2[None] - centers[:, 1, None, None]
+        z1 = ops.subtract(d1[None], centers[:, 0, None, None])  # NumPy less a tensor: `ops`, for PyTorch
+        z2 = ops.subtract(d2[None], centers[:, 1, None, None])
         a, b, c = (inverse[:, i, j, None, None] for i, j in ((0, 0), (0, 1), (1, 1)))
         return -0.5 * (a * ops.square(z1) + c * ops.square(z2)) - b * z1 * z2
 

@@ -31,7 +31,11 @@ def shift_grid(height, width):
 def centered_shifts(centers, height, width):
     """Row and column shifts minus each head's center: (heads, H, H) and (heads, W, W)."""
     centers = ops.convert_to_tensor(centers)
-    return (axis_shifts(height)[None] - centers[:, 0, None, None], axis_shifts(width)[None] - centers[:, 1, None, None])
+    # ops.subtract, not `-`: a NumPy table less a PyTorch tensor is a TypeError (torch takes no ndarray operand).
+    return (
+        ops.subtract(axis_shifts(height)[None], centers[:, 0, None, None]),
+        ops.subtract(axis_shifts(width)[None], centers[:, 1, None, None]),
+    )
 
 
 def squares_from_nearest(shifts, window_keys=None):
@@ -58,6 +62,8 @@ def squares_from_nearest(shifts, window_keys=None):
     first, count = window_keys[:, :1].astype("float32"), window_keys.shape[1]
     step = (window_keys[:, -1:] - window_keys[:, :1]).astype("float32") / max(count - 1, 1)
     step = np.where(step > 0, step, 1.0).astype("float32")
+    # As tensors: PyTorch takes no NumPy operand in an arithmetic operator.
+    first, step = ops.convert_to_tensor(first, shifts.dtype), ops.convert_to_tensor(step, shifts.dtype)
     # The key nearest q + c, from the row's first entry (-q - c) rounded onto the window's keys: no argmin, whose
     # TensorFlow kernel's sign test of -0.0 uses a bitwise AND that LiteRT's builtin ops lack. Its entry is taken by
     # a one-hot sum, whose other terms are exact zeros, rather than a gather. Without a window: first 0 and step 1.

@@ -6,6 +6,7 @@ Config and `.keras` round trips, XLA and dtype policies: test_keras_conformance.
 import numpy as np
 import pytest
 from keras import ops
+from support import dtype_of
 
 from keras_attnconv.layers import LearnedPositionEmbedding, SinusoidalPositionEmbedding
 from keras_attnconv.layers.absolute_position import sinusoid_table
@@ -50,6 +51,6 @@ def test_integer_inputs_get_the_float_encoding(layer, dtype):
     layer = layer()
     expected = ops.convert_to_numpy(layer(x.astype("float32")))
     encoding = layer(x.astype(dtype))
-    assert encoding.dtype == "float32"
+    assert dtype_of(encoding) == "float32"
     np.testing.assert_array_equal(ops.convert_to_numpy(encoding), expected)
     assert np.abs(expected).max() > 0.01

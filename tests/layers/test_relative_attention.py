@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import assert_path_keeps_values_and_gradients, eq8_reference, randomize_weights
+from support import assert_path_keeps_values_and_gradients, dtype_of, eq8_reference, randomize_weights
 
 from keras_attnconv.layers import LearnedRelativeScore, RelativeMultiHeadAttention, SirenScore, relative_attention
 
@@ -141,10 +141,10 @@ def test_mixed_precision_keeps_scores_in_float32(mixed_policy):
     layer = full_layer()
     outputs, probs = layer(x, return_attention_scores=True)
     assert layer.compute_dtype == mixed_policy.split("_")[1]
-    assert outputs.dtype == layer.compute_dtype
-    assert probs.dtype == "float32"
+    assert dtype_of(outputs) == layer.compute_dtype
+    assert dtype_of(probs) == "float32"
     assert layer.position_score.row_embeddings.dtype == "float32"
-    assert layer.position_score.position_scores(4, 4).dtype == "float32"
+    assert dtype_of(layer.position_score.position_scores(4, 4)) == "float32"
     assert np.isfinite(ops.convert_to_numpy(ops.cast(outputs, "float32"))).all()
 
     keras.mixed_precision.set_dtype_policy("float32")
@@ -214,7 +214,7 @@ def test_integer_inputs_are_values_not_zeros(kwargs, dtype):
     randomize_weights(layer, scale=0.05)
     expected = ops.convert_to_numpy(layer(x.astype("float32")))
     outputs = layer(x.astype(dtype))
-    assert outputs.dtype == "float32"
+    assert dtype_of(outputs) == "float32"
     np.testing.assert_allclose(ops.convert_to_numpy(outputs), expected, rtol=1e-5, atol=1e-4)
     assert np.abs(expected).max() > 1.0
 

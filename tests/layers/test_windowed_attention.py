@@ -18,6 +18,7 @@ import pytest
 from keras import ops
 from support import (
     assert_same_values_and_gradients,
+    dtype_of,
     eq8_reference,
     largest_backward_residual,
     randomize_weights,
@@ -363,7 +364,7 @@ def test_returned_scores_format_and_output_spec():
     for score in ("content_only", "quadratic"):
         (layer,) = layer_pair(score, shape, 3, 1, modes=("auto",))
         outputs, (probabilities, key_indices) = run(layer, np.ones(shape, "float32"), return_attention_scores=True)
-        assert tuple(probabilities.shape) == (3, HEADS, 30, 9) and probabilities.dtype == "float32"
+        assert tuple(probabilities.shape) == (3, HEADS, 30, 9) and dtype_of(probabilities) == "float32"
         assert tuple(key_indices.shape) == (30, 9) and "int" in str(key_indices.dtype)
         np.testing.assert_allclose(ops.convert_to_numpy(probabilities).sum(-1), 1.0, atol=1e-6)
         spec = layer.compute_output_spec(keras.KerasTensor(shape), return_attention_scores=True)
@@ -458,7 +459,7 @@ def test_mixed_precision_windowed_paths_are_finite(mixed_policy):
         layer = RelativeMultiHeadAttention(HEADS, window=3, windowed=True, separable=False, **SCORES[score]())
         outputs, (probabilities, _) = run(layer, x, return_attention_scores=True)
         assert layer.attention_mode.startswith("windowed_")
-        assert outputs.dtype == mixed_policy.split("_")[1] and probabilities.dtype == "float32"
+        assert dtype_of(outputs) == mixed_policy.split("_")[1] and dtype_of(probabilities) == "float32"
         assert np.isfinite(ops.convert_to_numpy(ops.cast(outputs, "float32"))).all()
         assert np.isfinite(ops.convert_to_numpy(probabilities)).all()
 

@@ -34,8 +34,12 @@ def test_the_walk_adds_a_score_and_a_family_each_in_one_place(tmp_path):
         from support import MODEL_CHECKS, family_cases
         cases = family_cases("PlainCNN", shrink=lambda name: {"image_size": 8})
         assert [case.name for case in cases] == ["plain_cnn_small"]
+        import pytest
         for check in MODEL_CHECKS.values():
-            check(cases[0])
+            try:
+                check(cases[0])
+            except pytest.skip.Exception:  # a check this backend has not: XLA on PyTorch
+                pass
         print("walk and contract passed")
     """)
     path = os.pathsep.join([str(tmp_path), str(SUPPORT), os.environ.get("PYTHONPATH", "")])
