@@ -321,7 +321,7 @@ def check_dtype_policy(case, policy):
     layer = case.layer(dtype=policy)
     outputs = keras.tree.flatten(layer(case.input(seed=4), **case.call_kwargs))
     expected = [("float32" if i in case.float32_outputs else policy.compute_dtype) for i in range(len(outputs))]
-    assert [keras.backend.standardize_dtype(y.dtype) for y in outputs] == expected
+    assert [dtype_of(y) for y in outputs] == expected
     assert all(np.isfinite(y).all() for y in numpy_outputs(outputs))
     float32_weights = {
         id(w)
@@ -463,7 +463,7 @@ def check_mixed_precision_logits(case):
     """Under mixed_bfloat16 the logits are float32 and finite, the normalisation and logits layers float32."""
     model = case.model(dtype="mixed_bfloat16")
     logits = model(case.batch()[0])
-    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert dtype_of(logits) == "float32"
     assert np.isfinite(ops.convert_to_numpy(logits)).all()
     assert model.get_layer("logits").dtype_policy.name == "float32"
     assert model.get_layer("pixel_normalization").dtype_policy.name == "float32"

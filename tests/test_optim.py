@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from support import dtype_of
 
 import keras_attnconv
 from keras_attnconv.optim import CoupledWeightDecaySGD, LabelSmoothingCrossentropy, WarmupCosineDecay
@@ -192,7 +193,7 @@ def test_label_smoothing_zero_is_sparse_categorical_crossentropy_and_half_precis
     )
     loss = LabelSmoothingCrossentropy(0.1, from_logits=True)
     half = loss(labels, ops.cast(logits, "float16"))
-    assert keras.backend.standardize_dtype(half.dtype) == "float32"
+    assert dtype_of(half) == "float32"
     np.testing.assert_allclose(
         ops.convert_to_numpy(half), _losses_of(loss, labels, logits.astype("float16").astype("float32")), rtol=1e-6
     )

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from support import MODEL_CHECKS, ModelCase, small_overrides
+from support import MODEL_CHECKS, ModelCase, dtype_of, small_overrides
 
 import keras_attnconv
 from keras_attnconv.layers import MirrorAverage, MirroredBatch
@@ -75,7 +75,7 @@ def test_the_layers_double_and_halve_the_batch_at_inference_only():
     np.testing.assert_array_equal(ops.convert_to_numpy(MirrorAverage()(outputs)), [[3.0, 5.0], [5.0, 2.0]])
     np.testing.assert_array_equal(ops.convert_to_numpy(MirrorAverage()(outputs, training=True)), outputs)
     averaged = MirrorAverage()(ops.cast(outputs, "bfloat16"))
-    assert keras.backend.standardize_dtype(averaged.dtype) == "float32"  # the logits' dtype under any policy
+    assert dtype_of(averaged) == "float32"  # the logits' dtype under any policy
 
 
 def test_images_of_another_rank_are_refused_with_their_shape():
