@@ -17,6 +17,7 @@ many images but learn from few, where what was pre-trained can show.
 """
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -44,15 +45,12 @@ def main(argv=None):
     parser.add_argument("--pretrain-classes", type=int, default=5, help="the first N classes are pre-trained on")
     parser.add_argument("--per-class", type=int, default=200, help="training images of each fine-tuning class")
     args = parser.parse_args(argv)
-    import pathlib
-
-    pathlib.Path(args.output).mkdir(parents=True, exist_ok=True)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
     with np.load(args.source, allow_pickle=False) as data:
         classes = np.arange(len(data["class_names"]))
-        np.savez(f"{args.output}/pretrain.npz", **subset(data, classes[: args.pretrain_classes]))
-        np.savez(
-            f"{args.output}/finetune.npz", **subset(data, classes[args.pretrain_classes :], per_class=args.per_class)
-        )
+        np.savez(output / "pretrain.npz", **subset(data, classes[: args.pretrain_classes]))
+        np.savez(output / "finetune.npz", **subset(data, classes[args.pretrain_classes :], per_class=args.per_class))
 
 
 if __name__ == "__main__":
