@@ -336,6 +336,23 @@ def test_the_cpu_table_is_the_results_file_of_the_command_it_names():
         assert fraction == f"{100 * auto['fraction_of_matmul']:.0f}%", (model, precision)
 
 
+def test_the_front_pages_cpu_paragraph_is_the_steps_file_it_names():
+    section = README.read_text().split("## On a CPU", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"`attnconv bench --suite steps\s+--output (training/results/\S+\.json)`", section)
+    assert command, "the README names the command that measured its CPU paragraph"
+    results = json.loads((ROOT / command.group(1)).read_text())
+    assert "Intel Xeon with AMX" in section and results["machine"]["cpu"]["bfloat16_units"] == "AMX"
+    rows = results["models"]
+    cases = {(row["model"], row["precision"]) for row in rows}
+    assert f"took the faster path in all {len(cases)} cases" in " ".join(section.split())
+    assert all(row["rule"] == row["fastest"] for row in rows)
+    step = {
+        (row["precision"], row["path"]): row["step_ms"] for row in rows if row["model"] == "quadratic" and row["rule"]
+    }
+    speedup = step["float32", "graph"] / step["mixed_bfloat16", "graph"]
+    assert f"mixed_bfloat16 trains `quadratic` {speedup:.2f}x as fast as float32" in " ".join(section.split())
+
+
 def test_the_front_pages_table1_is_the_results_file_of_the_command_it_names():
     from keras_attnconv.training.table1 import TABLE1_HEADER, TABLE1_MODELS, table1_rows
 
