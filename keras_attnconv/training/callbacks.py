@@ -27,6 +27,52 @@ def _unsaved_variables(model):
     return [v for v in model.variables if id(v) not in weights]
 
 
+def _global_generators():
+    """The global random generators that draw an unseeded dropout's masks: PyTorch's, on that backend.
+
+    Keras on PyTorch draws a dropout layer without a seed from torch's global
+    generators (the CPU's and each GPU's) rather than from the layer's
+    random stream; on TensorFlow and JAX every draw comes from the streams
+    (`_unsaved_variables`). Returns the module (`torch`) or None.
+    """
+    if keras.backend.backend() != "torch":
+        return None
+    import torch  # the backend's own module, imported by Keras already
+
+    return torch
+
+
+def _generator_states():
+    """The global generators' states as arrays (``cpu``, ``cuda0``, ...); {} on TensorFlow and JAX."""
+    torch = _global_generators()
+    if torch is None:
+        return {}
+    states = {"cpu": torch.get_rng_state().numpy()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.update({f"cuda{i}": state.numpy() for i, state in enumerate(torch.cuda.get_rng_state_all())})
+    return states
+
+
+def _read_generator_states(path):
+    """The states `_generator_states` saved in `path`; {} where there are none (backups of earlier versions, or of
+    another backend) or the backend has no global generator to set."""
+    if _global_generators() is None or not path.exists():
+        return {}
+    with np.load(path) as saved:
+        return {name: saved[name] for name in saved.files}
+
+
+def _set_generator_states(states):
+    """Sets the global generators to `states` (`_read_generator_states`); nothing where they are {}."""
+    if not states:
+        return
+    torch = _global_generators()
+    torch.set_rng_state(torch.from_numpy(states["cpu"]))
+    gpus = [torch.from_numpy(states[f"cuda{i}"]) for i in range(len(states) - 1)]
+    if gpus and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(gpus)
+
+
 def _save_arrays(path, variables):
     # NumPy's zip writer, not HDF5: on a full disk h5py raises and then crashes the process (exit 139).
     np.savez(path, **{f"v{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(variables)})
@@ -48,7 +94,8 @@ class ResumableBackup(keras.callbacks.Callback):
     """Saves the training state after every epoch so that a killed run resumes where it stopped.
 
     Like `keras.callbacks.BackupAndRestore`, but each state (model weights,
-    optimizer variables, the dropout layers' random streams and the epoch) is
+    optimizer variables, the dropout layers' random streams, PyTorch's global
+    generators on that backend, and the epoch) is
     written to a fresh directory and only then published by atomically
     replacing ``latest.json``: a kill at any moment leaves the previous
     complete state in place, never a half-written or mismatched one. Put it
@@ -56,7 +103,8 @@ class ResumableBackup(keras.callbacks.Callback):
     published epoch is then one whose every record is written, and a resumed
     run rewinds the records of a later, unpublished epoch (`rewind_csv`,
     ``AttentionCentersHistory(initial_epoch=...)``). Call `restore` before
-    ``fit`` and pass the epoch it returns as ``initial_epoch``.
+    ``fit``, pass the epoch it returns as ``initial_epoch`` and this callback
+    to that ``fit`` (it sets PyTorch's generators when training begins).
 
     Before writing, the free space is checked against the state's size: a
     full disk is an error naming the directory, the previous state kept.
@@ -70,6 +118,7 @@ class ResumableBackup(keras.callbacks.Callback):
         super().__init__()
         self.backup_dir = Path(backup_dir)
         self.keep = keep
+        self._saved_generators = {}  # the global generators' states `restore` read, set when training begins
 
     @property
     def _pointer(self):
@@ -108,7 +157,14 @@ class ResumableBackup(keras.callbacks.Callback):
         streams = state / "random_streams.npz"
         if streams.exists():  # backups of earlier versions have none: dropout then draws anew
             _load_arrays(streams, _unsaved_variables(model), "random streams", state)
+        self._saved_generators = _read_generator_states(state / "generators.npz")
         return int(latest["epoch"])
+
+    def on_train_begin(self, logs=None):
+        # Set here, not in `restore`: on PyTorch, `fit` draws from the global generator before it trains (its
+        # symbolic build of the step), as the uninterrupted run did before its first epoch.
+        _set_generator_states(self._saved_generators)
+        self._saved_generators = {}
 
     def on_epoch_end(self, epoch, logs=None):
         directory = f"epoch-{epoch + 1:05d}"
@@ -120,14 +176,17 @@ class ResumableBackup(keras.callbacks.Callback):
             "optimizer.npz": self.model.optimizer.variables,
             "random_streams.npz": _unsaved_variables(self.model),
         }
+        generators = _generator_states()
         check_free_space(
             self.backup_dir,
-            sum(_nbytes(v) for group in groups.values() for v in group),
+            sum(_nbytes(v) for group in groups.values() for v in group) + sum(a.nbytes for a in generators.values()),
             f"the backup of epoch {epoch + 1}",
         )
         partial.mkdir(parents=True)
         for name, variables in groups.items():
             _save_arrays(partial / name, variables)
+        if generators:
+            np.savez(partial / "generators.npz", **generators)
         shutil.rmtree(state, ignore_errors=True)
         os.replace(partial, state)
         write_json(self._pointer, {"epoch": epoch + 1, "directory": directory})
