@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from keras_attnconv.analysis.charts import accuracy_standard_error
+from keras_attnconv.training import global_generators
 from keras_attnconv.utils.files import check_free_space, write_atomically, write_json
 
 
@@ -25,52 +26,6 @@ def _unsaved_variables(model):
     """
     weights = {id(w) for w in model.weights}
     return [v for v in model.variables if id(v) not in weights]
-
-
-def _global_generators():
-    """The global random generators that draw an unseeded dropout's masks: PyTorch's, on that backend.
-
-    Keras on PyTorch draws a dropout layer without a seed from torch's global
-    generators (the CPU's and each GPU's) rather than from the layer's
-    random stream; on TensorFlow and JAX every draw comes from the streams
-    (`_unsaved_variables`). Returns the module (`torch`) or None.
-    """
-    if keras.backend.backend() != "torch":
-        return None
-    import torch  # the backend's own module, imported by Keras already
-
-    return torch
-
-
-def _generator_states():
-    """The global generators' states as arrays (``cpu``, ``cuda0``, ...); {} on TensorFlow and JAX."""
-    torch = _global_generators()
-    if torch is None:
-        return {}
-    states = {"cpu": torch.get_rng_state().numpy()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states.update({f"cuda{i}": state.numpy() for i, state in enumerate(torch.cuda.get_rng_state_all())})
-    return states
-
-
-def _read_generator_states(path):
-    """The states `_generator_states` saved in `path`; {} where there are none (backups of earlier versions, or of
-    another backend) or the backend has no global generator to set."""
-    if _global_generators() is None or not path.exists():
-        return {}
-    with np.load(path) as saved:
-        return {name: saved[name] for name in saved.files}
-
-
-def _set_generator_states(states):
-    """Sets the global generators to `states` (`_read_generator_states`); nothing where they are {}."""
-    if not states:
-        return
-    torch = _global_generators()
-    torch.set_rng_state(torch.from_numpy(states["cpu"]))
-    gpus = [torch.from_numpy(states[f"cuda{i}"]) for i in range(len(states) - 1)]
-    if gpus and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(gpus)
 
 
 def _save_arrays(path, variables):
@@ -157,13 +112,13 @@ class ResumableBackup(keras.callbacks.Callback):
         streams = state / "random_streams.npz"
         if streams.exists():  # backups of earlier versions have none: dropout then draws anew
             _load_arrays(streams, _unsaved_variables(model), "random streams", state)
-        self._saved_generators = _read_generator_states(state / "generators.npz")
+        self._saved_generators = global_generators.read_states(state / "generators.npz")
         return int(latest["epoch"])
 
     def on_train_begin(self, logs=None):
         # Set here, not in `restore`: on PyTorch, `fit` draws from the global generator before it trains (its
         # symbolic build of the step), as the uninterrupted run did before its first epoch.
-        _set_generator_states(self._saved_generators)
+        global_generators.set_states(self._saved_generators)
         self._saved_generators = {}
 
     def on_epoch_end(self, epoch, logs=None):
@@ -176,7 +131,7 @@ class ResumableBackup(keras.callbacks.Callback):
             "optimizer.npz": self.model.optimizer.variables,
             "random_streams.npz": _unsaved_variables(self.model),
         }
-        generators = _generator_states()
+        generators = global_generators.states()
         check_free_space(
             self.backup_dir,
             sum(_nbytes(v) for group in groups.values() for v in group) + sum(a.nbytes for a in generators.values()),
