@@ -47,6 +47,10 @@ def set_states(saved):
         return
     torch = _torch()
     torch.set_rng_state(torch.from_numpy(saved["cpu"]))
-    gpus = [torch.from_numpy(saved[f"cuda{i}"]) for i in range(len(saved) - 1)]
-    if gpus and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(gpus)
+    # Each GPU present gets its own saved state, by index. A backup written on a machine with more GPUs
+    # (Keras on PyTorch trains on the first) resumes on fewer: `torch.cuda.set_rng_state_all` would fail
+    # there, as it indexes every GPU of the list. One with more keeps the new GPUs' states as they are.
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for index in range(present):
+        if f"cuda{index}" in saved:
+            torch.cuda.set_rng_state(torch.from_numpy(saved[f"cuda{index}"]), index)
