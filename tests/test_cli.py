@@ -300,6 +300,21 @@ def test_paths_that_cannot_be_written_are_named_before_any_work(tmp_path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no run, no export, no results
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, which refuses new files")
+def test_a_folder_that_refuses_new_files_is_named_before_any_work_whatever_its_permission_bits(capsys, small_npz):
+    # /proc's permission bits let root write (os.access says yes), yet it takes no new file: the check asks the
+    # file system itself, so the run or benchmark does not end by failing to write what it measured.
+    common = ["--model", "quadratic_tiny", "--dataset", small_npz, "--epochs", "1", "--export-dir", "none"]
+    cases = [
+        (["train", *common, "--run-dir", "/proc/attnconv-run"], "run_dir='/proc/attnconv-run'"),
+        (["bench", "--suite", "steps", "--quick", "--output", "/proc/bench.json"], "output='/proc/bench.json'"),
+    ]
+    for args, named in cases:
+        assert cli.main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"Cannot write to {named}: /proc " in err, err
+
+
 def test_an_override_of_what_the_dataset_decides_is_refused(tmp_path, capsys, small_npz):
     assert (
         cli.main(

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from keras_attnconv.utils.checks import check_path
@@ -108,6 +109,16 @@ def check_writable(path, argument, file=False, beside=False):
         raise NotADirectoryError(f"Cannot write to {argument}={str(path)!r}: {existing} is a file, not a directory.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(f"Cannot write to {argument}={str(path)!r}: {existing} is not writable.")
+    # The permission bits do not say it all: a pseudo file system (/proc) refuses new files even to root, whom
+    # os.access lets through. A nameless temporary file, gone when closed, asks the file system itself.
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        reason = error.strerror or error
+        raise type(error)(
+            f"Cannot write to {argument}={str(path)!r}: {existing} takes no new file ({reason})."
+        ) from None
 
 
 def _nearest_existing(path):
