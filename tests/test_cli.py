@@ -95,6 +95,7 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["train", "--seed", "x"], "Received: seed='x'"),
         (["train", "--download", "yes"], "Received: download='yes'"),
         (["train", "--epochs", "0"], "Received: epochs=0"),
+        (["train", "--export-name", "../../x"], "never a path\\). Received: export_name='../../x'"),
         (  # the form it takes, shown
             ["train", "--model-overrides", "num_heads=4"],
             r"--model-overrides '\{num_layers = 2\}'. Received: model_overrides='num_heads=4'",

@@ -226,8 +226,9 @@ class ExportRoot:
                         f"{self.path / name} holds version {version}, whose {what} ({_abridged(recorded.get(field))}) "
                         f"are not this model's ({_abridged(new[field])}): a client asks {name!r} by its name, and any "
                         f"of its versions may answer, so one name serves one input and one set of classes. Export "
-                        f"this model under a name of its own: attnconv export SOURCE --name NAME (serving_name=); "
-                        f"attnconv train with --export-dir none first, or another export root. Received: name={name!r}"
+                        f"this model under a name of its own: attnconv train --export-name NAME (export_name=), "
+                        f"attnconv export SOURCE --name NAME (serving_name=), or another export root. "
+                        f"Received: name={name!r}"
                     )
 
     def next_version(self, name):

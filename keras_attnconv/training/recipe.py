@@ -10,7 +10,7 @@ import numbers
 import os
 from pathlib import Path
 
-from keras_attnconv.export.root import DEFAULT_EXPORT_DIRS
+from keras_attnconv.export.root import DEFAULT_EXPORT_DIRS, check_serving_name
 from keras_attnconv.models.precision import check_precision
 from keras_attnconv.models.step_compilation import check_jit_compile
 from keras_attnconv.optim import SCHEDULES
@@ -112,6 +112,7 @@ class TrainConfig:
     runs_dir: str = "runs"
     run_dir: "str | None" = None
     export_dir: "str | None" = DEFAULT_EXPORT_DIRS["saved_model"]
+    export_name: "str | None" = None
     verbose: int = 1
 
     def __post_init__(self):
@@ -125,6 +126,8 @@ class TrainConfig:
         for field in ("name", "init_from", "dataset", "data_dir", "runs_dir", "run_dir", "export_dir"):  # files
             if getattr(self, field) is not None:
                 check_path(field, getattr(self, field))
+        if self.export_name is not None:  # a directory of the export root: a plain name, never a path
+            check_serving_name(self.export_name, "export_name")
         if "/" in self.name or self.name in (".", ".."):
             raise ValueError(
                 f"`name` names a run directory under runs_dir and cannot be a path. Received: name={self.name!r}"
@@ -165,7 +168,16 @@ class TrainConfig:
 
 
 #: The fields whose value can be omitted (None; "none" in a recipe or on the command line).
-OPTIONAL_FIELDS = ("init_from", "data_dir", "eval_split", "seed", "steps_per_epoch", "run_dir", "export_dir")
+OPTIONAL_FIELDS = (
+    "init_from",
+    "data_dir",
+    "eval_split",
+    "seed",
+    "steps_per_epoch",
+    "run_dir",
+    "export_dir",
+    "export_name",
+)
 
 # What each field is, in a line: `attnconv train --help` shows it beside the flag (a test keeps it whole).
 FIELD_MEANINGS = {
@@ -198,6 +210,7 @@ FIELD_MEANINGS = {
     "runs_dir": "the directory of the run directories",
     "run_dir": "the run directory itself (none: the next free one under runs_dir)",
     "export_dir": "where the trained model is exported for TF Serving (none: no export)",
+    "export_name": "the name it is served under there (none: the model's own); one name serves one set of classes",
     "verbose": "Keras' progress output: 0, 1 or 2",
 }
 

@@ -74,7 +74,7 @@ def same_run(saved, resolved):
     it with another behaviour.
     """
     saved = {**BEFORE_THE_FIELD, **saved}
-    ignored = ("verbose", "run_dir", "export_dir")
+    ignored = ("verbose", "run_dir", "export_dir", "export_name")
     return sorted(k for k in set(saved) | set(resolved) if k not in ignored and saved.get(k) != resolved.get(k))
 
 

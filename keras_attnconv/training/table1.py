@@ -26,7 +26,7 @@ from keras_attnconv.utils.reports import device_text, percent
 #: The rows of the paper's Table 1, by the registered names of their models.
 TABLE1_MODELS = ("resnet18", "quadratic", "learned", "learned_content")
 #: Fields of a run's config that say where it ran, not what it trained.
-_PLACES = ("runs_dir", "run_dir", "export_dir", "data_dir", "verbose", "dataset")
+_PLACES = ("runs_dir", "run_dir", "export_dir", "export_name", "data_dir", "verbose", "dataset")
 #: The versions a run records (`keras_attnconv.utils.reports.device_description`) that the results name.
 _LIBRARIES = ("keras", "jax", "tensorflow", "numpy")
 

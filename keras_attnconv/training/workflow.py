@@ -49,18 +49,19 @@ def export_run(config, run):
     if keras.backend.backend() != "tensorflow":  # (the TensorFlow backend implies TensorFlow is installed)
         preset = preset_of(run.path)
         refuse_learned_nothing(run.path, preset, load_preset_metadata(preset))
+        named = f" --name {config.export_name}" if config.export_name else ""
         print(
             f"Export needs TensorFlow (installed, and as the Keras backend), so {run} was not exported for "
             f"serving. Where TensorFlow is installed, run: KERAS_BACKEND=tensorflow attnconv export "
-            f"{run} --export-dir {config.export_dir}",
+            f"{run} --export-dir {config.export_dir}{named}",
             file=sys.stderr,
         )
         return None
 
     with run.lock():
         digest = preset_digest(preset_of(run.path))  # read once: the preset holds the model's weights
-        path = published_export(run, config.export_dir, digest) or export_source(
-            run.path, config.export_dir, digest=digest
+        path = published_export(run, config.export_dir, digest, config.export_name) or export_source(
+            run.path, config.export_dir, digest=digest, serving_name=config.export_name
         )
         run.record_export(path)
     served = served_version(config.export_dir, path.parent.name)
@@ -73,8 +74,10 @@ def export_run(config, run):
     return path
 
 
-def published_export(run, export_dir, digest):
+def published_export(run, export_dir, digest, serving_name=None):
     """The version of `export_dir` already exported from `run`'s preset (`digest`: its ``source_digest``), or None.
+
+    It is looked for under `serving_name` (None: the model's own name).
 
     A run killed after its export was published but before ``export.json``
     was written is found so: the same command then records that version
@@ -83,7 +86,7 @@ def published_export(run, export_dir, digest):
     """
     preset = preset_of(run.path)
     root = ExportRoot(export_dir)
-    path = root.version_exported_from(load_preset_metadata(preset)["model"], digest)
+    path = root.version_exported_from(serving_name or load_preset_metadata(preset)["model"], digest)
     if path is not None:
         root.update_models_config()
         print(f"{run} was already exported as {path}; recording it.", file=sys.stderr)
@@ -132,7 +135,7 @@ def train_and_export(config):
     if run is None:
         plan = plan_run(config)
         if config.export_dir:  # the model to be trained must answer as the versions of its name there do
-            root.check_same_answers(config.model, plan.model_config.preprocessing)
+            root.check_same_answers(config.export_name or config.model, plan.model_config.preprocessing)
         metrics = train(config, plan)
         run = RunDirectory(metrics["run_dir"])
     else:

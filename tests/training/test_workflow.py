@@ -262,24 +262,25 @@ PUBLISHED_KILLS = {
 
 @tensorflow_backend_only("an export traces the model with TensorFlow")
 @pytest.mark.parametrize("kill", PUBLISHED_KILLS.values(), ids=PUBLISHED_KILLS.keys())
+@pytest.mark.parametrize("export_name", [None, "tiny-cifar"], ids=["the model's name", "a serving name"])
 def test_a_run_killed_after_its_export_was_published_is_recorded_not_published_again(
-    small_npz, tmp_path, kill, monkeypatch
+    small_npz, tmp_path, kill, export_name, monkeypatch
 ):
     from support import run_until_killed
 
     from keras_attnconv import cli
 
-    run, root = tmp_path / "run", tmp_path / "saved"
-    command = tiny_train_command(small_npz, run, root)
+    run, root, served = tmp_path / "run", tmp_path / "saved", export_name or "quadratic_tiny"
+    command = tiny_train_command(small_npz, run, root, **({"export_name": export_name} if export_name else {}))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
     run_until_killed(KILLED_TRAIN.format(kill=kill, command=command))
-    assert (root / "quadratic_tiny" / "1" / "saved_model.pb").exists()
+    assert (root / served / "1" / "saved_model.pb").exists()
     assert not (run / RunDirectory.EXPORT_RECORD).exists()
 
     assert cli.main(command) == 0  # the same command: the published version is found and recorded
-    assert export.ExportRoot(root).versions("quadratic_tiny") == [1]
-    assert json.loads((run / RunDirectory.EXPORT_RECORD).read_text())["export"] == str(root / "quadratic_tiny" / "1")
-    assert export.served_version(root, "quadratic_tiny") == 1
+    assert export.ExportRoot(root).versions(served) == [1]
+    assert json.loads((run / RunDirectory.EXPORT_RECORD).read_text())["export"] == str(root / served / "1")
+    assert export.served_version(root, served) == 1
 
 
 @pytest.mark.parametrize(
@@ -325,3 +326,39 @@ def test_a_run_whose_model_would_answer_other_classes_than_its_names_versions_is
     with pytest.raises(ValueError, match=r"quadratic_tiny holds version 1, whose classes \(airplane, .*\) are not"):
         workflow.train_and_export(config)
     assert not (tmp_path / "run").exists()
+
+
+@tensorflow_backend_only("the export needs TensorFlow")
+def test_a_run_of_other_classes_is_exported_under_the_name_it_is_given_beside_the_registered_models_versions(
+    small_npz, tmp_path
+):
+    import numpy as np
+
+    from keras_attnconv import build_model
+
+    root = tmp_path / "saved_models"
+    export.export_model(build_model("quadratic_tiny", image_size=8, num_layers=1), root, warmup=False)  # 10 classes
+    data = np.load(small_npz)
+    three = {f"{k}_{split}": data[f"{k}_{split}"][data[f"y_{split}"] < 3] for k in "xy" for split in ("train", "test")}
+    np.savez(tmp_path / "three.npz", **three)
+    config = TrainConfig(
+        name="three",
+        model="quadratic_tiny",
+        dataset=str(tmp_path / "three.npz"),
+        epochs=2,
+        batch_size=20,
+        model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
+        runs_dir=str(tmp_path / "runs"),
+        export_dir=str(root),
+        export_name="three-classes",
+        verbose=0,
+        jit_compile=False,
+    )
+    metrics = workflow.train_and_export(config)
+    assert Path(metrics["export"]) == root / "three-classes" / "1"
+    recorded = metadata_of(root / "three-classes" / "1")
+    assert (recorded["serving_name"], recorded["model"]) == ("three-classes", "quadratic_tiny")
+    assert recorded["preprocessing"]["class_names"] == ["0", "1", "2"]  # the .npz names no classes
+    assert sorted(p.name for p in (root / "quadratic_tiny").iterdir() if p.name.isdigit()) == ["1"]  # left alone
+    assert export.served_version(root, "three-classes") == 1
+    assert workflow.unexported_run(config) is None  # its export is recorded: the same command trains anew
