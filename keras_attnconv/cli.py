@@ -115,6 +115,9 @@ def _train(args):
     processes = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
     if config.strategy == "data_parallel" or any(value is not None for value in processes.values()):
         _join_processes(config.strategy, processes)
+    from keras_attnconv.models import element_clusters
+
+    element_clusters.enable_for(config)  # before TensorFlow's runtime starts, which reads the flags once
     from keras_attnconv.training.workflow import train_and_export  # after the checks: this loads Keras
 
     metrics = train_and_export(config)

@@ -109,5 +109,8 @@ def describe_step_path(jit_compile, platform=None):
         return f"{keras.backend.backend()} without jit"
     if checked_platform(platform) != "cpu":
         return "TensorFlow graph"
+    from keras_attnconv.models import element_clusters
+
     units = cpu_capabilities()["bfloat16_units"]
-    return f"TensorFlow graph (oneDNN; bfloat16 units: {units or 'none'})"
+    clusters = "; element-wise ops in XLA clusters" if element_clusters.in_effect() else ""
+    return f"TensorFlow graph (oneDNN; bfloat16 units: {units or 'none'}{clusters})"

@@ -1,0 +1,92 @@
+"""XLA clusters of the element-wise ops inside TensorFlow's graph step, beside oneDNN's bfloat16 matmuls.
+
+On a CPU with bfloat16 units the rule (`step_compilation`) trains a large
+model in TensorFlow's graph, whose matmuls oneDNN runs on those units. The
+graph's element-wise ops (GELU, layer normalization, dropout, the casts,
+and their gradients) run one by one in Eigen, no faster in bfloat16 than
+in float32: half of the quadratic model's mixed_bfloat16 op time. TensorFlow's
+auto-clustering, restricted to element-wise ops
+(``--tf_xla_ops_to_cluster=FUSIBLE``), compiles runs of them into fused XLA
+kernels and leaves the matmuls to oneDNN. Measured on an Intel Xeon with AMX
+(docs/performance.md, "Element-wise ops in XLA clusters"), mixed_bfloat16,
+alternating processes: the attention models' steps were 1.07-1.30x as fast
+(quadratic 1.20x at the recipes' batch of 100), ResNet-18's 0.89x and the
+float32 quadratic step's 0.95x. Hence only attention models, only
+mixed_bfloat16, only where ``jit_compile="auto"`` picks the graph.
+
+TensorFlow reads these flags once, when its runtime starts (its first op or
+device query); set later they change nothing. So they are an application's
+setting, not a model's: `attnconv train` sets them before anything runs
+(`enable_for`), and a notebook sets ``TF_XLA_FLAGS`` before starting Python.
+A ``TF_XLA_FLAGS`` of the user's is left as it is.
+"""
+
+import os
+
+#: TensorFlow's auto-clustering on a CPU, of element-wise ops only.
+FLAGS = ("--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit", "--tf_xla_ops_to_cluster=FUSIBLE")
+VARIABLE = "TF_XLA_FLAGS"
+
+
+def takes_element_clusters(backend, precision, jit_compile, attention_model, bfloat16_units, strategy="default"):
+    """Whether a run's graph step gains from element-wise XLA clusters (the measurements in the module docstring).
+
+    Args:
+        backend: Keras' backend name (only TensorFlow has a graph step).
+        precision: the run's dtype policy name.
+        jit_compile: the run's setting; only ``"auto"``, the measured path, takes them (``False`` is the plain
+            graph, kept for comparisons).
+        attention_model: whether the model is an `AttentionClassifier` (ResNet-18 was slower with them).
+        bfloat16_units: the CPU's (`cpu_capabilities`), or None: without them the rule takes XLA for the step.
+        strategy: the run's; only one process on one device was measured.
+    """
+    return (
+        backend == "tensorflow"
+        and precision == "mixed_bfloat16"
+        and jit_compile == "auto"
+        and attention_model
+        and bfloat16_units is not None
+        and strategy == "default"
+    )
+
+
+def in_effect(environ=None):
+    """Whether `environ`'s (default: the process') ``TF_XLA_FLAGS`` clusters the graph's element-wise ops."""
+    given = (os.environ if environ is None else environ).get(VARIABLE, "").split()
+    return all(flag in given for flag in FLAGS)
+
+
+def enable_for(config, environ=None):
+    """Sets ``TF_XLA_FLAGS`` to `FLAGS` in `environ` (default: the process') where `config`'s step takes them.
+
+    Call it before TensorFlow's runtime starts. Returns whether the flags are now set by this call; a
+    ``TF_XLA_FLAGS`` the user set is never changed.
+
+    Args:
+        config: a `keras_attnconv.training.TrainConfig`.
+        environ: the environment to change (a dict in tests).
+    """
+    import keras
+
+    from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
+    from keras_attnconv.models.registry import get_model_config
+    from keras_attnconv.utils.reports import cpu_capabilities
+
+    environ = os.environ if environ is None else environ
+    if VARIABLE in environ:
+        return False
+    try:
+        attention = isinstance(get_model_config(config.model), AttentionClassifierConfig)
+    except (KeyError, ValueError):  # a fine-tuned preset's unregistered model (a pruned one): not measured
+        attention = False
+    takes = takes_element_clusters(
+        keras.backend.backend(),
+        config.precision,
+        config.jit_compile,
+        attention,
+        cpu_capabilities()["bfloat16_units"],
+        config.strategy,
+    )
+    if takes:
+        environ[VARIABLE] = " ".join(FLAGS)
+    return takes

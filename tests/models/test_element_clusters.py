@@ -1,0 +1,119 @@
+"""Element-wise XLA clusters in TensorFlow's graph step: which runs take them, and that `attnconv train` sets them
+before TensorFlow's runtime starts (it reads them once)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from keras_attnconv.models import element_clusters
+from keras_attnconv.models.element_clusters import FLAGS, takes_element_clusters
+
+pytestmark = pytest.mark.backend_independent
+
+#: A run that takes them: the measured case.
+TAKES = {
+    "backend": "tensorflow",
+    "precision": "mixed_bfloat16",
+    "jit_compile": "auto",
+    "attention_model": True,
+    "bfloat16_units": "AMX",
+    "strategy": "default",
+}
+
+
+def test_a_mixed_bfloat16_attention_model_on_a_cpu_with_bfloat16_units_takes_them():
+    assert takes_element_clusters(**TAKES)
+    assert takes_element_clusters(**{**TAKES, "bfloat16_units": "AVX-512 BF16"})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"backend": "jax"},  # no graph step
+        {"precision": "float32"},  # measured slower (0.95x, quadratic)
+        {"precision": "mixed_float16"},
+        {"jit_compile": False},  # the plain graph, kept for comparisons
+        {"jit_compile": True},
+        {"attention_model": False},  # ResNet-18 measured slower (0.89x)
+        {"bfloat16_units": None},  # the rule takes XLA for the whole step there
+        {"strategy": "mirrored"},  # not measured
+    ],
+    ids=str,
+)
+def test_any_other_run_does_not(change):
+    assert not takes_element_clusters(**{**TAKES, **change})
+
+
+@pytest.fixture
+def bfloat16_cpu(monkeypatch):
+    from keras_attnconv.utils import reports
+
+    real = reports.cpu_capabilities
+    monkeypatch.setattr(reports, "cpu_capabilities", lambda *a: {**real(*a), "bfloat16_units": "AMX"})
+    monkeypatch.setattr("keras.backend.backend", lambda: "tensorflow")
+
+
+def _config(**fields):
+    from keras_attnconv.training.recipe import TrainConfig
+
+    return TrainConfig(**{"model": "quadratic", "precision": "mixed_bfloat16", **fields})
+
+
+def test_train_sets_them_for_a_run_that_takes_them(bfloat16_cpu):
+    environ = {}
+    assert element_clusters.enable_for(_config(), environ)
+    assert environ == {"TF_XLA_FLAGS": " ".join(FLAGS)} and element_clusters.in_effect(environ)
+
+
+@pytest.mark.parametrize("model", ["resnet18", "quadratic_pruned"], ids=["ResNet", "an unregistered model"])
+def test_train_leaves_them_out_for_a_model_not_measured_faster(bfloat16_cpu, model):
+    environ = {}
+    assert not element_clusters.enable_for(_config(model=model), environ) and environ == {}
+
+
+@pytest.mark.parametrize("given", ["", "--tf_xla_auto_jit=-1"])
+def test_a_tf_xla_flags_of_the_users_is_left_as_it_is(bfloat16_cpu, given):
+    environ = {"TF_XLA_FLAGS": given}
+    assert not element_clusters.enable_for(_config(), environ)
+    assert environ == {"TF_XLA_FLAGS": given} and not element_clusters.in_effect(environ)
+
+
+def test_the_step_path_says_when_they_are_in_effect(monkeypatch):
+    from keras_attnconv.models.step_compilation import describe_step_path
+
+    monkeypatch.setattr("keras.backend.backend", lambda: "tensorflow")
+    monkeypatch.setenv("TF_XLA_FLAGS", " ".join(FLAGS))
+    assert describe_step_path(False, platform="cpu").endswith("; element-wise ops in XLA clusters)")
+    assert describe_step_path(True, platform="cpu") == "XLA"  # a whole step under XLA has no clusters of its own
+    monkeypatch.delenv("TF_XLA_FLAGS")
+    assert "clusters" not in describe_step_path(False, platform="cpu")
+
+
+def test_train_sets_them_before_tensorflows_runtime_starts(small_npz, tmp_path):
+    # TensorFlow reads TF_XLA_FLAGS once, when its runtime starts (its first op or device query): set after that,
+    # they change nothing. The child stops right after `enable_for`, saying whether TensorFlow had started.
+    child = textwrap.dedent(
+        f"""
+        import sys
+        from tensorflow.python.eager import context
+        from keras_attnconv import cli
+        from keras_attnconv.models import element_clusters
+
+        def enable_for(config, environ=None):
+            started = context.context()._context_handle is not None or context.context()._physical_devices is not None
+            print("started" if started else "not started", config.precision, config.model)
+            sys.exit(0)
+
+        element_clusters.enable_for = enable_for
+        cli.main(["train", "--recipe", "quadratic", "--dataset", {small_npz!r}, "--precision", "mixed_bfloat16",
+                  "--run-dir", {str(tmp_path / "run")!r}, "--export-dir", "none"])
+        """
+    )
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "not started mixed_bfloat16 quadratic", result.stdout
+    assert not (tmp_path / "run").exists()
