@@ -323,6 +323,7 @@ def _write_chart(name, results, base):
 _SUITE_OVERRIDES = {
     "gpu": ("models", "precisions", "image_size"),
     "steps": ("models", "precisions"),
+    "clusters": ("models", "precisions"),
     "formats": ("models", "bfloat16_serving"),
     "profile": ("models", "precisions"),
     "plan": ("models", "precisions", "target"),
@@ -358,6 +359,7 @@ def _bench(args):
         "scale": "bench-scale.json",
         "profile": "bench-profile.json",
         "plan": "bench-plan.json",
+        "clusters": "bench-clusters.json",
     }
     output = defaults[args.suite] if args.output is None else args.output  # '' is an error, not the default
     given = (
@@ -401,6 +403,8 @@ def _bench(args):
         print(bench.plan_markdown(results))
     elif args.suite == "steps":
         print(bench.step_markdown(bench.run_step_benchmark(quick=args.quick, output=output, **overrides)))
+    elif args.suite == "clusters":
+        print(bench.clusters_markdown(bench.run_clusters_benchmark(quick=args.quick, output=output, **overrides)))
     else:
         results = bench.run_benchmark(quick=args.quick, output=output)
         print(bench.markdown_tables(results))
@@ -646,13 +650,15 @@ def build_parser():
     benchmarking.add_argument(
         "--suite",
         default="cpu",
-        choices=("cpu", "gpu", "numerics", "formats", "steps", "scale", "profile", "plan"),
+        choices=("cpu", "gpu", "numerics", "formats", "steps", "clusters", "scale", "profile", "plan"),
         help="cpu: attention paths, steps vs ResNet-18, memory and export formats (default); "
         "gpu: the paper's models at batch 100 in float32/mixed_bfloat16/mixed_float16 on "
         "the accelerator; numerics: training, far centers and large grids in the three "
         "precisions; formats: inference in each export format's runtime beside Keras; steps: "
         "each model's training step on each path (XLA, TensorFlow's graph), the part of cpu "
-        "that the jit_compile=auto rule stands on; scale: training images/s with data "
+        "that the jit_compile=auto rule stands on; clusters: each model's graph step without and with "
+        "element-wise XLA clusters (TF_XLA_FLAGS), what attnconv train sets on CPUs with bfloat16 units; "
+        "scale: training images/s with data "
         "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
         "accelerator); profile: where a model's step time goes (the quadratic one's, or "
         "the one --models names), by op kind, from the backend's profiler, on each path "
@@ -665,7 +671,7 @@ def build_parser():
         "--models",
         type=_names,
         default=None,
-        help="gpu, steps, formats and plan suites: the models to measure, comma-separated "
+        help="gpu, steps, clusters, formats and plan suites: the models to measure, comma-separated "
         "(default: the suite's paper models; tiny ones with --quick); profile suite: the one "
         "model to profile (default: quadratic; quadratic_tiny with --quick)",
     )
@@ -673,7 +679,7 @@ def build_parser():
         "--precisions",
         type=_names,
         default=None,
-        help="gpu, steps, profile and plan suites: the training precisions to measure, "
+        help="gpu, steps, clusters, profile and plan suites: the training precisions to measure, "
         "comma-separated (default: float32, mixed_bfloat16 and, on the "
         "gpu suite, mixed_float16; a GPU run cut short by a time limit "
         "can measure the rest into a file of its own)",

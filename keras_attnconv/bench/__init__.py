@@ -8,6 +8,10 @@
   graph) in each precision, with the same run's matmul rates: what the
   `jit_compile="auto"` rule (`keras_attnconv.models.step_compilation`)
   stands on.
+- `run_clusters_benchmark` (`attnconv bench --suite clusters`,
+  `clusters_suite`): each model's graph step without and with element-wise
+  XLA clusters, in fresh processes in turns (TensorFlow reads the flags at
+  start): what `attnconv train` sets on CPUs with bfloat16 units stands on.
 - `run_gpu_benchmark` (`attnconv bench --suite gpu`, `gpu_suite`): the
   paper's models at batch 100 in three precisions on an accelerator: step
   time, `fit` throughput, peak device memory, TFLOP/s against a matmul.
@@ -31,6 +35,12 @@ Only `keras.ops` and NumPy are used: the suites run on any backend, and
 without TensorFlow (the format benchmark then says that it needs TensorFlow).
 """
 
+from keras_attnconv.bench.clusters_suite import (
+    CLUSTERS_FULL,
+    CLUSTERS_QUICK,
+    clusters_markdown,
+    run_clusters_benchmark,
+)
 from keras_attnconv.bench.cpu_suite import (
     FULL,
     QUICK,
@@ -46,6 +56,8 @@ from keras_attnconv.bench.profile_suite import PROFILE_FULL, PROFILE_QUICK, prof
 from keras_attnconv.bench.scale_suite import SCALE_FULL, SCALE_QUICK, run_scale_benchmark, scale_markdown
 
 __all__ = [
+    "CLUSTERS_FULL",
+    "CLUSTERS_QUICK",
     "FORMATS_FULL",
     "FORMATS_QUICK",
     "FULL",
@@ -58,12 +70,14 @@ __all__ = [
     "TARGETS",
     "SCALE_FULL",
     "SCALE_QUICK",
+    "clusters_markdown",
     "formats_markdown",
     "gpu_markdown",
     "markdown_tables",
     "plan_markdown",
     "profile_markdown",
     "run_benchmark",
+    "run_clusters_benchmark",
     "run_format_benchmark",
     "run_gpu_benchmark",
     "run_plan",

@@ -3,6 +3,7 @@
 import json
 import sys
 
+from keras_attnconv.bench.clusters_suite import graph_step_case
 from keras_attnconv.bench.cpu_suite import layer_memory, model_memory
 from keras_attnconv.bench.gpu_suite import measure_case, measure_references
 from keras_attnconv.bench.plan_suite import plan_case
@@ -17,6 +18,7 @@ WORKERS = {
     "scale-case": measure_scale_case,
     "profile-case": profile_case,
     "plan-case": plan_case,
+    "graph-step": graph_step_case,
 }
 
 if __name__ == "__main__":

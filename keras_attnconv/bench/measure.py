@@ -185,11 +185,13 @@ def run_in_workers(kind, cases, concurrently, program_memory=False, environment=
     time, since they share it. With `program_memory`, each result also gets
     ``"program_mib"``: `largest_program_mib` of what the worker compiled
     (None where the backend does not compile with XLA). `environment` adds
-    variables to the workers' (its ``XLA_FLAGS`` after the user's own).
+    variables to the workers' (its ``XLA_FLAGS`` after the user's own); one
+    it sets to None is taken out.
     """
     environment = dict(environment or {})
     flags = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), environment.pop("XLA_FLAGS", None)]))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment, **({"XLA_FLAGS": flags} if flags else {})}
+    env = {name: value for name, value in env.items() if value is not None}
     dumps = tempfile.mkdtemp(prefix="attnconv-xla-") if program_memory else None
 
     def start(index, case):
