@@ -11,10 +11,17 @@ import os
 import re
 from pathlib import Path
 
+# How much less alike than the closest name a suggestion may be: beside a near-certain typo's correction
+# ('numerics' for 'numeric', 0.93), a name that merely shares letters ('clusters', 0.4) only misleads.
+_SUGGESTION_MARGIN = 0.3
+
 
 def closest_names(name, candidates):
-    """Names in `candidates` closest to `name`, for 'did you mean' messages."""
-    return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.3)
+    """Names in `candidates` closest to `name`, for 'did you mean' messages: up to three, none much less alike
+    than the closest."""
+    matches = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.3)
+    ratios = [difflib.SequenceMatcher(None, str(name), match).ratio() for match in matches]
+    return [match for match, ratio in zip(matches, ratios) if ratio >= ratios[0] - _SUGGESTION_MARGIN]
 
 
 def did_you_mean(name, candidates):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from keras_attnconv.utils.checks import check_real
+from keras_attnconv.utils.checks import check_real, closest_names
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,14 @@ def test_a_value_outside_its_interval_is_refused_with_the_interval_and_the_value
 @pytest.mark.parametrize("value", [0.0, 0.5, 1e300])
 def test_a_value_inside_its_interval_passes(value):
     check_real("rate", value, low=0.0)
+
+
+def test_a_near_certain_correction_is_suggested_without_names_that_merely_share_letters():
+    suites = ["cpu", "gpu", "numerics", "formats", "steps", "clusters", "scale", "profile", "plan"]
+    assert closest_names("numeric", suites) == ["numerics"]  # 'clusters' shares letters, 0.4 alike against 0.93
+    assert closest_names("resnet", ["resnet18", "resnet10", "resnet_tiny", "quadratic"]) == [
+        "resnet18",
+        "resnet10",
+        "resnet_tiny",
+    ]  # as alike, or nearly: all of them
+    assert closest_names("zzz", suites) == []
