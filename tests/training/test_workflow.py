@@ -308,21 +308,29 @@ def test_a_run_directory_and_export_root_inside_one_another_are_refused_before_t
     assert list(tmp_path.iterdir()) == []  # before any run exists
 
 
-@tensorflow_backend_only("the export, and its check before the training, need TensorFlow")
-def test_a_run_whose_model_would_answer_other_classes_than_its_names_versions_is_refused_before_it_trains(
-    small_npz, tmp_path
-):
+def three_classes_beside_ten(small_npz, tmp_path):
+    """An export root holding the 10-class registered model's version 1, and a .npz of 3 of its classes: (root, npz)."""
     import numpy as np
-    from support import SMALL_MODEL, small_config
+    from support import SMALL_MODEL
 
     from keras_attnconv import build_model
 
     root = tmp_path / "saved_models"
-    export.export_model(build_model("quadratic_tiny", image_size=8, **SMALL_MODEL), root, warmup=False)  # 10 classes
+    export.export_model(build_model("quadratic_tiny", image_size=8, **SMALL_MODEL), root, warmup=False)
     data = np.load(small_npz)
     three = {f"{k}_{split}": data[f"{k}_{split}"][data[f"y_{split}"] < 3] for k in "xy" for split in ("train", "test")}
     np.savez(tmp_path / "three.npz", **three)
-    config = small_config(str(tmp_path / "three.npz"), tmp_path / "run", export_dir=str(root))
+    return root, str(tmp_path / "three.npz")
+
+
+@tensorflow_backend_only("the export, and its check before the training, need TensorFlow")
+def test_a_run_whose_model_would_answer_other_classes_than_its_names_versions_is_refused_before_it_trains(
+    small_npz, tmp_path
+):
+    from support import small_config
+
+    root, three = three_classes_beside_ten(small_npz, tmp_path)
+    config = small_config(three, tmp_path / "run", export_dir=str(root))
     with pytest.raises(ValueError, match=r"quadratic_tiny holds version 1, whose classes \(airplane, .*\) are not"):
         workflow.train_and_export(config)
     assert not (tmp_path / "run").exists()
@@ -332,28 +340,10 @@ def test_a_run_whose_model_would_answer_other_classes_than_its_names_versions_is
 def test_a_run_of_other_classes_is_exported_under_the_name_it_is_given_beside_the_registered_models_versions(
     small_npz, tmp_path
 ):
-    import numpy as np
+    from support import small_config
 
-    from keras_attnconv import build_model
-
-    root = tmp_path / "saved_models"
-    export.export_model(build_model("quadratic_tiny", image_size=8, num_layers=1), root, warmup=False)  # 10 classes
-    data = np.load(small_npz)
-    three = {f"{k}_{split}": data[f"{k}_{split}"][data[f"y_{split}"] < 3] for k in "xy" for split in ("train", "test")}
-    np.savez(tmp_path / "three.npz", **three)
-    config = TrainConfig(
-        name="three",
-        model="quadratic_tiny",
-        dataset=str(tmp_path / "three.npz"),
-        epochs=2,
-        batch_size=20,
-        model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
-        runs_dir=str(tmp_path / "runs"),
-        export_dir=str(root),
-        export_name="three-classes",
-        verbose=0,
-        jit_compile=False,
-    )
+    root, three = three_classes_beside_ten(small_npz, tmp_path)
+    config = small_config(three, tmp_path / "run", export_dir=str(root), export_name="three-classes")
     metrics = workflow.train_and_export(config)
     assert Path(metrics["export"]) == root / "three-classes" / "1"
     recorded = metadata_of(root / "three-classes" / "1")
