@@ -354,6 +354,21 @@ def test_the_front_pages_cpu_paragraph_is_the_steps_file_it_names():
     assert f"mixed_bfloat16 trains `quadratic` {speedup:.2f}x as fast as float32" in paragraph
 
 
+def test_the_front_pages_clusters_sentence_is_the_clusters_file_it_names():
+    section = README.read_text().split("## On a CPU", 1)[1].split("\n## ", 1)[0]
+    paragraph = " ".join(section.split())
+    command = re.search(
+        r"`attnconv bench --suite clusters --precisions mixed_bfloat16 --output (\S+\.json)`", paragraph
+    )
+    assert command, "the README names the command that measured the clusters"
+    results = json.loads((ROOT / command.group(1)).read_text())
+    assert results["machine"]["cpu"]["bfloat16_units"] == "AMX"
+    rows = {row["model"]: row for row in results["rows"] if row["precision"] == "mixed_bfloat16"}
+    assert f"measured the `quadratic` step {rows['quadratic']['speedup']:.2f}x as fast with them" in paragraph
+    # What train sets them for is what was faster with them, and what it leaves out was not.
+    assert all((row["speedup"] > 1) == row["takes_them"] for row in rows.values())
+
+
 def test_the_front_pages_table1_is_the_results_file_of_the_command_it_names():
     from keras_attnconv.training.table1 import TABLE1_HEADER, TABLE1_MODELS, table1_rows
 

@@ -8,11 +8,12 @@ in float32: half of the quadratic model's mixed_bfloat16 op time. TensorFlow's
 auto-clustering, restricted to element-wise ops
 (``--tf_xla_ops_to_cluster=FUSIBLE``), compiles runs of them into fused XLA
 kernels and leaves the matmuls to oneDNN. Measured on an Intel Xeon with AMX
-(docs/performance.md, "Element-wise ops in XLA clusters"), mixed_bfloat16,
-alternating processes: the attention models' steps were 1.07-1.30x as fast
-(quadratic 1.20x at the recipes' batch of 100), ResNet-18's 0.89x and the
-float32 quadratic step's 0.95x. Hence only attention models, only
-mixed_bfloat16, only where ``jit_compile="auto"`` picks the graph.
+(docs/performance.md, "Element-wise ops in XLA clusters"; `attnconv bench
+--suite clusters`), mixed_bfloat16: the attention models' steps were
+1.08-1.30x as fast (quadratic 1.15x), ResNet-18's 0.89x; in float32 the
+attention models' 0.98-1.10x, ResNet-18's 0.88x. Hence only attention
+models, only mixed_bfloat16, only where ``jit_compile="auto"`` picks the
+graph.
 
 TensorFlow reads these flags once, when its runtime starts (its first op or
 device query); set later they change nothing. So they are an application's

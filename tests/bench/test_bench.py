@@ -125,6 +125,24 @@ def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path
     assert "| model | precision | path |" in capsys.readouterr().out
 
 
+@tensorflow_backend_only("the clusters are TensorFlow's, in its graph step")
+def test_the_clusters_suite_times_each_case_with_and_without_the_flags_whatever_the_users(
+    tmp_path, capsys, monkeypatch
+):
+    # The suite raises if a worker's flags were not the case's: a user's own TF_XLA_FLAGS is set aside for both.
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=-1")
+    output = tmp_path / "clusters.json"
+    assert cli.main(["bench", "--suite", "clusters", "--quick", "--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    (row,) = results["rows"]
+    assert (row["model"], row["precision"]) == ("quadratic_tiny", "mixed_bfloat16")
+    assert row["graph_ms"] > 0 and row["clustered_ms"] > 0
+    assert row["speedup"] == pytest.approx(row["graph_ms"] / row["clustered_ms"])
+    table = (tmp_path / "clusters.md").read_text()
+    assert "| `quadratic_tiny` | mixed_bfloat16 |" in table and "--tf_xla_ops_to_cluster=FUSIBLE" in table
+    assert "| model | precision | graph ms |" in capsys.readouterr().out
+
+
 @tensorflow_backend_only("the export formats are measured there")
 def test_the_formats_suite_alone(tmp_path, capsys):
     output = tmp_path / "formats.json"
