@@ -57,11 +57,22 @@ def in_effect(environ=None):
     return all(flag in given for flag in FLAGS)
 
 
+def tensorflow_started():
+    """Whether TensorFlow's runtime has started or listed its devices: it has read ``TF_XLA_FLAGS`` then, once."""
+    from tensorflow.python.eager import context
+
+    current = context.context()
+    # Private attributes (TensorFlow has no public test of this); where they are gone, take it as started.
+    return getattr(current, "_context_handle", True) is not None or getattr(current, "_physical_devices", 0) is not None
+
+
 def enable_for(config, environ=None):
     """Sets ``TF_XLA_FLAGS`` to `FLAGS` in `environ` (default: the process') where `config`'s step takes them.
 
-    Call it before TensorFlow's runtime starts. Returns whether the flags are now set by this call; a
-    ``TF_XLA_FLAGS`` the user set is never changed.
+    Call it before TensorFlow's runtime starts: once it has (`tensorflow_started`: a notebook, or
+    `attnconv` called from Python), nothing is set, since the flags would change nothing and the step's
+    description would claim them. Returns whether the flags are now set by this call; a ``TF_XLA_FLAGS`` the
+    user set is never changed.
 
     Args:
         config: a `keras_attnconv.training.TrainConfig`.
@@ -88,6 +99,7 @@ def enable_for(config, environ=None):
         cpu_capabilities()["bfloat16_units"],
         config.strategy,
     )
-    if takes:
+    if takes and not tensorflow_started():
         environ[VARIABLE] = " ".join(FLAGS)
-    return takes
+        return True
+    return False

@@ -54,6 +54,7 @@ def bfloat16_cpu(monkeypatch):
     real = reports.cpu_capabilities
     monkeypatch.setattr(reports, "cpu_capabilities", lambda *a: {**real(*a), "bfloat16_units": "AMX"})
     monkeypatch.setattr("keras.backend.backend", lambda: "tensorflow")
+    monkeypatch.setattr(element_clusters, "tensorflow_started", lambda: False)  # as in a fresh `attnconv train`
 
 
 def _config(**fields):
@@ -72,6 +73,13 @@ def test_train_sets_them_for_a_run_that_takes_them(bfloat16_cpu):
 def test_train_leaves_them_out_for_a_model_not_measured_faster(bfloat16_cpu, model):
     environ = {}
     assert not element_clusters.enable_for(_config(model=model), environ) and environ == {}
+
+
+def test_once_tensorflow_has_started_nothing_is_set_since_it_would_change_nothing(bfloat16_cpu, monkeypatch):
+    # attnconv called from a notebook or a test: the step's description would claim clusters it does not have.
+    monkeypatch.setattr(element_clusters, "tensorflow_started", lambda: True)
+    environ = {}
+    assert not element_clusters.enable_for(_config(), environ) and environ == {}
 
 
 @pytest.mark.parametrize("given", ["", "--tf_xla_auto_jit=-1"])
@@ -98,12 +106,11 @@ def test_train_sets_them_before_tensorflows_runtime_starts(small_npz, tmp_path):
     child = textwrap.dedent(
         f"""
         import sys
-        from tensorflow.python.eager import context
         from keras_attnconv import cli
         from keras_attnconv.models import element_clusters
 
         def enable_for(config, environ=None):
-            started = context.context()._context_handle is not None or context.context()._physical_devices is not None
+            started = element_clusters.tensorflow_started()
             print("started" if started else "not started", config.precision, config.model)
             sys.exit(0)
 
@@ -117,3 +124,11 @@ def test_train_sets_them_before_tensorflows_runtime_starts(small_npz, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "not started mixed_bfloat16 quadratic", result.stdout
     assert not (tmp_path / "run").exists()
+
+
+def test_tensorflow_has_started_once_it_ran_an_op_or_listed_its_devices():
+    check = "from keras_attnconv.models.element_clusters import tensorflow_started as s; import tensorflow as tf"
+    for statement, started in [("pass", False), ("tf.config.list_physical_devices()", True), ("tf.constant(1)", True)]:
+        child = f"{check}; {statement}; print(s())"
+        result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+        assert result.stdout.split()[-1] == str(started), (statement, result.stderr[-2000:])
