@@ -9,7 +9,7 @@ import pytest
 from support import quick_bench_on_jax, tensorflow_backend_only, traced_steps
 
 from keras_attnconv import bench, cli
-from keras_attnconv.bench import cpu_suite, formats, gpu_suite, plan_suite, profile_suite
+from keras_attnconv.bench import clusters_suite, cpu_suite, formats, gpu_suite, plan_suite, profile_suite
 from keras_attnconv.layers.path_rule import prefers_separable
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils import reports
@@ -510,7 +510,7 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
     [
         (
             ["--suite", "cpu", "--precisions", "float32"],
-            "--precisions is for the gpu, steps, profile and plan suites; the cpu suite has its own cases. "
+            "--precisions is for the gpu, steps, clusters, profile and plan suites; the cpu suite has its own cases. "
             "Received: --suite cpu",
         ),
         (
@@ -528,8 +528,8 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         ),
         (
             ["--suite", "cpu", "--models", "quadratic"],
-            "--models is for the gpu, steps, formats, profile and plan suites; the cpu suite has its own cases. "
-            "Received: --suite cpu",
+            "--models is for the gpu, steps, clusters, formats, profile and plan suites; the cpu suite has its own "
+            "cases. Received: --suite cpu",
         ),
         (
             ["--suite", "profile", "--models", "quadratic", "--image-size", "64"],
@@ -537,8 +537,8 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         ),
         (
             ["--suite", "scale", "--models", "quadratic", "--precisions", "float32"],
-            "--models is for the gpu, steps, formats, profile and plan suites, --precisions is for the gpu, steps, "
-            "profile and plan suites; the scale suite",
+            "--models is for the gpu, steps, clusters, formats, profile and plan suites, --precisions is for the gpu, "
+            "steps, clusters, profile and plan suites; the scale suite",
         ),
         (["--suite", "profile", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (
@@ -559,6 +559,8 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
         (["--suite", "gpu", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "formats", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
         (["--suite", "plan", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "clusters", "--models", "quadratc"], "Unknown model 'quadratc'. Did you mean 'quadratic'"),
+        (["--suite", "clusters", "--image-size", "64"], "--image-size is for the gpu suite; the clusters suite has"),
         (["--suite", "steps", "--models", "quadratic_tiny,quadratc"], "Received: models='quadratc'"),  # not name=
         (
             ["--suite", "plan", "--precisions", "mixed_bfloat61"],
@@ -575,6 +577,7 @@ def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkey
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: pytest.fail("a format was measured"))
     monkeypatch.setattr(profile_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(plan_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
+    monkeypatch.setattr(clusters_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     assert cli.main(["bench", *arguments, "--output", str(tmp_path / "out.json")]) == 2
     assert message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
