@@ -17,7 +17,6 @@ import numpy as np
 
 from keras_attnconv.bench.measure import random_images, run_in_workers
 from keras_attnconv.models import build_model, element_clusters, get_model_config
-from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
 from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.utils.reports import json_settings, machine, machine_text, write_report
 
@@ -81,7 +80,7 @@ def run_clusters_benchmark(quick=False, output="bench-clusters.json", **override
                 if result["element_clusters"] != clustered:
                     raise RuntimeError(f"a worker's TF_XLA_FLAGS did not take: {result} for {case}")
                 times[((model, precision), clustered)].append(result["step_ms"])
-    rows = []
+    measured_on, rows = machine(), []
     for model, precision in cases:
         plain, clustered = (statistics.median(times[((model, precision), c)]) for c in (False, True))
         rows.append(
@@ -95,12 +94,12 @@ def run_clusters_benchmark(quick=False, output="bench-clusters.json", **override
                     "tensorflow",
                     precision,
                     "auto",
-                    isinstance(get_model_config(model), AttentionClassifierConfig),
-                    machine()["cpu"]["bfloat16_units"],
+                    element_clusters.is_attention_model(model),
+                    measured_on["cpu"]["bfloat16_units"],
                 ),
             }
         )
-    results = {"machine": machine(), "settings": settings, "flags": list(element_clusters.FLAGS), "rows": rows}
+    results = {"machine": measured_on, "settings": settings, "flags": list(element_clusters.FLAGS), "rows": rows}
     write_report(output, results, clusters_markdown(results))
     return results
 

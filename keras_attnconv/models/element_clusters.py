@@ -51,6 +51,18 @@ def takes_element_clusters(backend, precision, jit_compile, attention_model, bfl
     )
 
 
+def is_attention_model(name):
+    """Whether `name` registers an `AttentionClassifier`; False for a ResNet and for an unregistered name (a
+    fine-tuned preset's pruned model): neither was measured faster with the clusters."""
+    from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
+    from keras_attnconv.models.registry import get_model_config
+
+    try:
+        return isinstance(get_model_config(name), AttentionClassifierConfig)
+    except (KeyError, ValueError):
+        return False
+
+
 def in_effect(environ=None):
     """Whether `environ`'s (default: the process') ``TF_XLA_FLAGS`` clusters the graph's element-wise ops."""
     given = (os.environ if environ is None else environ).get(VARIABLE, "").split()
@@ -80,22 +92,16 @@ def enable_for(config, environ=None):
     """
     import keras
 
-    from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
-    from keras_attnconv.models.registry import get_model_config
     from keras_attnconv.utils.reports import cpu_capabilities
 
     environ = os.environ if environ is None else environ
     if VARIABLE in environ:
         return False
-    try:
-        attention = isinstance(get_model_config(config.model), AttentionClassifierConfig)
-    except (KeyError, ValueError):  # a fine-tuned preset's unregistered model (a pruned one): not measured
-        attention = False
     takes = takes_element_clusters(
         keras.backend.backend(),
         config.precision,
         config.jit_compile,
-        attention,
+        is_attention_model(config.model),
         cpu_capabilities()["bfloat16_units"],
         config.strategy,
     )
