@@ -13,7 +13,7 @@ draws its masks itself:
 - Otherwise (TensorFlow's graph, the path `jit_compile="auto"` takes on a CPU,
   and eager, so that a step run eagerly draws what its graph draws): with
   Philox, two 16-bit draws from each 32-bit number, half of Keras' random
-  numbers. The mixed_bfloat16 quadratic step took 4% less time
+  numbers. The mixed_bfloat16 quadratic step took about 5% less time
   (`docs/performance.md`, "Dropout's masks from 16-bit draws").
 
 Elsewhere (a GPU, JAX, whose masks are ThreeFry already) it is Keras' layer.
