@@ -4,7 +4,7 @@ import json
 import sys
 
 from keras_attnconv.bench.clusters_suite import graph_step_case
-from keras_attnconv.bench.cpu_suite import layer_memory, model_memory
+from keras_attnconv.bench.cpu_suite import layer_memory, model_memory, model_steps_case
 from keras_attnconv.bench.gpu_suite import measure_case, measure_references
 from keras_attnconv.bench.plan_suite import plan_case
 from keras_attnconv.bench.profile_suite import profile_case
@@ -19,6 +19,7 @@ WORKERS = {
     "profile-case": profile_case,
     "plan-case": plan_case,
     "graph-step": graph_step_case,
+    "model-steps": model_steps_case,
 }
 
 if __name__ == "__main__":

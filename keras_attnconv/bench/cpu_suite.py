@@ -18,6 +18,8 @@ backend. Times on a shared machine are noisy: compare the ratios, not the
 absolute numbers, and only between rows of the same run.
 """
 
+import os
+
 import keras
 import numpy as np
 from keras import ops
@@ -30,13 +32,13 @@ from keras_attnconv.bench.measure import (
     random_images,
     run_in_workers,
 )
-from keras_attnconv.bench.step_targets import targets_markdown
+from keras_attnconv.bench.step_targets import path_label, targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
-from keras_attnconv.models import build_model, get_model_config
+from keras_attnconv.models import build_model, element_clusters, get_model_config
 from keras_attnconv.models.precision import check_precisions
 from keras_attnconv.models.step_compilation import model_gflops, resolve_jit_compile
 from keras_attnconv.utils.console import retracing_warnings_off
-from keras_attnconv.utils.reports import json_settings, machine, machine_text, write_report
+from keras_attnconv.utils.reports import cpu_capabilities, json_settings, machine, machine_text, write_report
 
 _CONTENT = {"position_score": None, "use_content_content": True, "use_position_bias": False}
 # Each layer comparison: the fast path, what it is timed against, and what its outputs must equal.
@@ -241,7 +243,10 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
     device's reference for that dtype); ``rule`` marks the path that
     ``jit_compile="auto"`` takes (`step_compilation`), ``fastest`` the
     faster measured one, so the rule is checked on every run.
+    ``element_clusters`` marks a graph step whose element-wise ops this
+    process' ``TF_XLA_FLAGS`` handed to XLA clusters.
     """
+    clustered = keras.backend.backend() == "tensorflow" and element_clusters.in_effect()
     rows, matmuls = [], []
     for precision in precisions:
         compute_dtype = keras.DTypePolicy(precision).compute_dtype
@@ -253,7 +258,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
         seconds, compile_seconds = interleaved(steps, repeats)
         rates = {jit: 2 * matmul**3 / seconds[("matmul", jit)] / 1e9 for jit in step_paths()}
         matmuls += [
-            {"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate}
+            {"precision": precision, "dtype": compute_dtype, "path": _path_name(jit), "gflops": rate, "beside": models}
             for jit, rate in rates.items()
         ]
         for name in models:
@@ -268,6 +273,7 @@ def model_step_benchmark(models, precisions, model_batch, repeats, matmul, **_):
                         "model": name,
                         "precision": precision,
                         "path": _path_name(jit),
+                        "element_clusters": clustered and not jit,
                         "batch": model_batch,
                         "step_ms": 1e3 * seconds[(name, jit)],
                         "images_per_second": model_batch / seconds[(name, jit)],
@@ -306,10 +312,64 @@ def run_step_benchmark(quick=False, output="bench-steps.json", **overrides):
     check_precisions(settings["precisions"])
     for model in settings["models"]:
         get_model_config(model)  # an unknown name (with the closest ones) fails here, before anything is built
-    models, matmul = model_step_benchmark(**settings)
+    models, matmul = steps_as_train_runs_them(settings)
     results = {"machine": machine(), "settings": json_settings(settings), "models": models, "matmul": matmul}
     write_report(output, results, step_markdown(results))
     return results
+
+
+def clustered_step_groups(models, precisions, environ=None):
+    """The steps suite's cases grouped as `attnconv train` would set ``TF_XLA_FLAGS`` for them: a list of
+    (precision, models, whether their graph step takes element-wise XLA clusters), or None where no case takes
+    them or `environ` (default: the process') has ``TF_XLA_FLAGS`` of its own, which train leaves as it is."""
+    environ = os.environ if environ is None else environ
+    units = cpu_capabilities()["bfloat16_units"]
+
+    def takes(model, precision):
+        attention = element_clusters.is_attention_model(model)
+        return element_clusters.takes_element_clusters(keras.backend.backend(), precision, "auto", attention, units)
+
+    if element_clusters.VARIABLE in environ or not any(takes(m, p) for m in models for p in precisions):
+        return None
+    groups = []
+    for precision in precisions:
+        for clustered in (False, True):
+            group = [model for model in models if takes(model, precision) == clustered]
+            groups += [(precision, group, clustered)] if group else []
+    return groups
+
+
+def model_steps_case(**settings):
+    """A worker's case: `model_step_benchmark` of `settings` under the worker's own ``TF_XLA_FLAGS``."""
+    rows, matmuls = model_step_benchmark(**settings)
+    return {"models": rows, "matmul": matmuls}
+
+
+def steps_as_train_runs_them(settings):
+    """`model_step_benchmark` with every graph step as `attnconv train` runs it.
+
+    Train hands a mixed_bfloat16 attention model's graph step on a CPU with
+    bfloat16 units to element-wise XLA clusters (`element_clusters`), by
+    ``TF_XLA_FLAGS``, which TensorFlow reads once per process. So where some
+    case takes them, each group of cases that shares the setting
+    (`clustered_step_groups`) runs in a fresh worker process of its own, one
+    at a time, each with its own matmul reference; elsewhere everything runs
+    here, side by side, as before.
+    """
+    groups = clustered_step_groups(settings["models"], settings["precisions"])
+    if groups is None:
+        return model_step_benchmark(**settings)
+    rows, matmuls = [], []
+    for precision, models, clustered in groups:
+        # None takes the variable out of the worker's environment.
+        environment = {element_clusters.VARIABLE: " ".join(element_clusters.FLAGS) if clustered else None}
+        case = {**settings, "models": models, "precisions": [precision]}
+        (result,) = run_in_workers("model-steps", [case], concurrently=False, environment=environment)
+        if any(row["element_clusters"] != (clustered and row["path"] == "graph") for row in result["models"]):
+            raise RuntimeError(f"a worker's TF_XLA_FLAGS did not take: {result['models']} for {case}")
+        rows += result["models"]
+        matmuls += result["matmul"]
+    return rows, matmuls
 
 
 def step_markdown(results):
@@ -384,17 +444,34 @@ def markdown_tables(results):
     return "\n".join(lines)
 
 
+def _matmul_rate(row, matmuls):
+    """A matmul's rate for the steps table's text, with the models measured beside it where its dtype and path
+    were measured more than once (in several workers)."""
+    repeated = sum((other["dtype"], other["path"]) == (row["dtype"], row["path"]) for other in matmuls) > 1
+    beside = f" (beside {', '.join(row['beside'])})" if repeated and row.get("beside") else ""
+    return f"{row['dtype']} {row['path']} {row['gflops']:.0f}{beside}"
+
+
 def model_step_table(results):
     """The training steps on each path, with the same run's matmul rates (`model_step_benchmark`)."""
     settings = results["settings"]
     n = settings["matmul"]
-    rates = "; ".join(f"{row['dtype']} {row['path']} {row['gflops']:.0f}" for row in results["matmul"])
+    rates = "; ".join(_matmul_rate(row, results["matmul"]) for row in results["matmul"])
+    clustered = any(row.get("element_clusters") for row in results["models"])
+    groups = (
+        " As `attnconv train` runs them, the graph steps marked + clusters ran with their element-wise ops in "
+        "XLA clusters (keras_attnconv/models/element_clusters.py), which a process sets once: each group of "
+        "models that shares that setting ran in a worker process of its own, with its own matmul, and its "
+        "rows' figures are against that matmul."
+        if clustered
+        else ""
+    )
     lines = [
         f"Training step (batch {settings['model_batch']}) on each path (xla: XLA; graph: TensorFlow's "
         f"graph, oneDNN on a CPU), in turns with a {n}x{n} matmul in each precision's compute dtype on "
         f"each path (GFLOP/s: {rates}). Of matmul: the step's GFLOP/s over the best matmul rate of its "
         'precision. Rule: the path `jit_compile="auto"` takes (keras_attnconv/models/'
-        "step_compilation.py); fastest: the faster path of the two, measured here.",
+        f"step_compilation.py); fastest: the faster path of the two, measured here.{groups}",
         "",
         "| model | precision | path | step ms | images/s | GFLOP/s | of matmul | rule | fastest | step vs resnet |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -404,7 +481,7 @@ def model_step_table(results):
         resnet_ms = resnet.get((row["precision"], row["path"]))  # None where the run left ResNet out (--models)
         ratio = "-" if resnet_ms is None else f"{row['step_ms'] / resnet_ms:.2f}x"
         lines.append(
-            f"| `{row['model']}` | {row['precision']} | {row['path']} | {row['step_ms']:.0f} "
+            f"| `{row['model']}` | {row['precision']} | {path_label(row)} | {row['step_ms']:.0f} "
             f"| {row['images_per_second']:.1f} | {row['achieved_gflops']:.1f} "
             f"| {100 * row['fraction_of_matmul']:.0f}% | {'yes' if row['rule'] else ''} "
             f"| {'yes' if row['fastest'] else ''} | {ratio} |"

@@ -110,6 +110,44 @@ def assert_format_rows(rows):
             assert row["max_abs_difference"] <= 1e-5
 
 
+def _with_bfloat16_units(monkeypatch, units):
+    capabilities = reports.cpu_capabilities()
+    monkeypatch.setattr(cpu_suite, "cpu_capabilities", lambda: {**capabilities, "bfloat16_units": units})
+
+
+@tensorflow_backend_only("the clusters are TensorFlow's, in its graph step")
+def test_the_steps_suite_groups_its_cases_as_train_sets_the_clusters_for_them(monkeypatch):
+    # Train sets them for mixed_bfloat16 attention models on a CPU with bfloat16 units (element_clusters), and
+    # leaves a user's own TF_XLA_FLAGS as they are: then nothing is grouped.
+    models, precisions = ["quadratic_tiny", "resnet_tiny"], ["float32", "mixed_bfloat16"]
+    _with_bfloat16_units(monkeypatch, "AMX")
+    assert cpu_suite.clustered_step_groups(models, precisions, environ={}) == [
+        ("float32", models, False),
+        ("mixed_bfloat16", ["resnet_tiny"], False),
+        ("mixed_bfloat16", ["quadratic_tiny"], True),
+    ]
+    assert cpu_suite.clustered_step_groups(models, precisions, environ={"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}) is None
+    assert cpu_suite.clustered_step_groups(models, ["float32"], environ={}) is None
+    _with_bfloat16_units(monkeypatch, None)
+    assert cpu_suite.clustered_step_groups(models, precisions, environ={}) is None
+
+
+@tensorflow_backend_only("the clusters are TensorFlow's, in its graph step")
+def test_the_steps_suite_times_a_graph_step_with_the_clusters_train_sets_for_it(tmp_path, monkeypatch):
+    # Posed as a CPU with AMX, the mixed_bfloat16 attention model's graph step takes the clusters, as in train: in
+    # a worker whose TF_XLA_FLAGS are set (the suite raises where they did not take), beside its own matmul.
+    _with_bfloat16_units(monkeypatch, "AMX")
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    output = tmp_path / "steps.json"
+    arguments = ["--models", "quadratic_tiny", "--precisions", "mixed_bfloat16", "--output", str(output)]
+    assert cli.main(["bench", "--suite", "steps", "--quick", *arguments]) == 0
+    rows = {row["path"]: row for row in json.loads(output.read_text())["models"]}
+    assert rows["graph"]["element_clusters"] and not rows["xla"]["element_clusters"]
+    table = (tmp_path / "steps.md").read_text()
+    assert "| `quadratic_tiny` | mixed_bfloat16 | graph + clusters |" in table
+    assert "| `quadratic_tiny` | mixed_bfloat16 | xla |" in table and "a worker process of its own" in table
+
+
 def test_the_steps_suite_alone_with_the_models_the_command_line_chooses(tmp_path, capsys):
     # The wiring, one tiny model (the quick suite checks the rows); without a ResNet its ratio column is "-".
     output = tmp_path / "steps.json"
@@ -483,6 +521,7 @@ def test_the_steps_suite_drops_tensorflows_retracing_warning_while_it_builds_its
 
 
 def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_suite, "clustered_step_groups", lambda *args: None)  # in this process, whatever the CPU
     chosen = []
     monkeypatch.setattr(
         cpu_suite, "model_step_benchmark", lambda **settings: chosen.append(settings["precisions"]) or ([], [])
@@ -574,6 +613,7 @@ def test_the_steps_suite_measures_the_precisions_the_command_line_chooses(tmp_pa
 def test_bench_flags_are_checked_before_any_measurement(tmp_path, capsys, monkeypatch, arguments, message):
     monkeypatch.setattr(gpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(cpu_suite, "model_step_benchmark", lambda **kwargs: pytest.fail("a step was measured"))
+    monkeypatch.setattr(cpu_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(formats, "format_benchmark", lambda **kwargs: pytest.fail("a format was measured"))
     monkeypatch.setattr(profile_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
     monkeypatch.setattr(plan_suite, "run_in_workers", lambda *args, **kwargs: pytest.fail("a worker started"))
@@ -651,6 +691,16 @@ def test_the_steps_table_says_which_cpu_targets_are_met_and_by_how_much_others_a
         bfloat16_row,
     ]
     assert targets_markdown(rows, units).splitlines() == ["Targets (keras_attnconv/bench/step_targets.py):", *expected]
+
+
+def test_a_target_names_the_clusters_its_graph_step_ran_with():
+    from keras_attnconv.bench.step_targets import targets_markdown
+
+    clustered = {**_step_row("mixed_bfloat16", 0.39, 712.0, path="graph"), "element_clusters": True}
+    assert targets_markdown([clustered], "AMX").splitlines()[1] == (
+        "- `quadratic` mixed_bfloat16 (graph + clusters) at >= 50% of the best bfloat16 matmul rate: 39%, "
+        "missed by 11 points"
+    )
 
 
 def test_a_run_without_the_quadratic_model_lists_no_targets():
