@@ -664,7 +664,8 @@ def build_parser():
         "parallelism over 1, 2, 4, ... devices (JAX; simulated CPU devices where there is no "
         "accelerator); profile: where a model's step time goes (the quadratic one's, or "
         "the one --models names), by op kind, from the backend's profiler, on each path "
-        "in float32 and mixed_bfloat16 (on a GPU with JAX: its kernels, batch 100); plan: "
+        "(the graph step as attnconv train runs it) in float32 and mixed_bfloat16 (on a GPU "
+        "with JAX: its kernels, batch 100); plan: "
         "each model's training step compiled for an H200 or H100 (--target) without one "
         '(needs pip install "jax[cuda12]"), its kernels\' bytes, FLOPs and floor',
     )

@@ -65,11 +65,7 @@ def run_clusters_benchmark(quick=False, output="bench-clusters.json", **override
     check_precisions(settings["precisions"])
     for model in settings["models"]:
         get_model_config(model)  # an unknown name (with the closest ones) fails here, before any worker
-    # None takes the variable out of the worker's environment: a user's own flags are neither case.
-    flags = {
-        False: {element_clusters.VARIABLE: None},
-        True: {element_clusters.VARIABLE: " ".join(element_clusters.FLAGS)},
-    }
+    flags = {clustered: element_clusters.worker_environment(clustered) for clustered in (False, True)}
     cases = [(model, precision) for precision in settings["precisions"] for model in settings["models"]]
     times = {(case, clustered): [] for case in cases for clustered in flags}
     for _ in range(settings["rounds"]):

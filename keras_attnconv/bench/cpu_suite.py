@@ -18,8 +18,6 @@ backend. Times on a shared machine are noisy: compare the ratios, not the
 absolute numbers, and only between rows of the same run.
 """
 
-import os
-
 import keras
 import numpy as np
 from keras import ops
@@ -29,10 +27,11 @@ from keras_attnconv.bench.measure import (
     device_peak_memory,
     interleaved,
     matmul_step,
+    path_label,
     random_images,
     run_in_workers,
 )
-from keras_attnconv.bench.step_targets import path_label, targets_markdown
+from keras_attnconv.bench.step_targets import targets_markdown
 from keras_attnconv.layers import RelativeMultiHeadAttention
 from keras_attnconv.models import build_model, element_clusters, get_model_config
 from keras_attnconv.models.precision import check_precisions
@@ -322,14 +321,12 @@ def clustered_step_groups(models, precisions, environ=None):
     """The steps suite's cases grouped as `attnconv train` would set ``TF_XLA_FLAGS`` for them: a list of
     (precision, models, whether their graph step takes element-wise XLA clusters), or None where no case takes
     them or `environ` (default: the process') has ``TF_XLA_FLAGS`` of its own, which train leaves as it is."""
-    environ = os.environ if environ is None else environ
     units = cpu_capabilities()["bfloat16_units"]
 
     def takes(model, precision):
-        attention = element_clusters.is_attention_model(model)
-        return element_clusters.takes_element_clusters(keras.backend.backend(), precision, "auto", attention, units)
+        return element_clusters.train_sets_them(model, precision, units, environ)
 
-    if element_clusters.VARIABLE in environ or not any(takes(m, p) for m in models for p in precisions):
+    if not any(takes(model, precision) for model in models for precision in precisions):
         return None
     groups = []
     for precision in precisions:
@@ -361,8 +358,7 @@ def steps_as_train_runs_them(settings):
         return model_step_benchmark(**settings)
     rows, matmuls = [], []
     for precision, models, clustered in groups:
-        # None takes the variable out of the worker's environment.
-        environment = {element_clusters.VARIABLE: " ".join(element_clusters.FLAGS) if clustered else None}
+        environment = element_clusters.worker_environment(clustered)
         case = {**settings, "models": models, "precisions": [precision]}
         (result,) = run_in_workers("model-steps", [case], concurrently=False, environment=environment)
         if any(row["element_clusters"] != (clustered and row["path"] == "graph") for row in result["models"]):

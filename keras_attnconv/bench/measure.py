@@ -115,6 +115,12 @@ def device_peak_memory():
     return peak_kib / 1024, "process peak resident set (no accelerator)"
 
 
+def path_label(row):
+    """A measured step's path as the tables write it: ``xla``, ``graph``, or ``graph + clusters`` where its
+    element-wise ops ran in XLA clusters (`element_clusters`; rows written before that was recorded had none)."""
+    return "graph + clusters" if row.get("element_clusters") else row["path"]
+
+
 def random_images(count, image_size, seed=0):
     """`count` random uint8 images (count, image_size, image_size, 3): what the zoo's models take."""
     return np.random.default_rng(seed).integers(0, 256, (count, image_size, image_size, 3), dtype=np.uint8)

@@ -3,8 +3,9 @@
 For each precision and path (XLA; TensorFlow's graph, oneDNN on a CPU), in a
 worker process of its own, the backend's profiler (TensorFlow's, or JAX's,
 where every step is XLA) records `repeats` training steps of one model (the
-quadratic one, or the one `--models` names) after
-`warmup` steps. On a GPU only the device's kernels are counted (the host's
+quadratic one, or the one `--models` names) after `warmup` steps. The graph
+step runs as `attnconv train` runs it: with the element-wise XLA clusters
+where train sets them (`element_clusters`). On a GPU only the device's kernels are counted (the host's
 launches of them would count twice), and their sum beside the step's time
 is how busy the device kept. Every event of the trace gets its
 self time (its duration less that of the events nested in it on the same
@@ -32,10 +33,17 @@ import typing
 import keras
 import numpy as np
 
-from keras_attnconv.bench.measure import random_images, run_in_workers
-from keras_attnconv.models import build_model, get_model_config
+from keras_attnconv.bench.measure import path_label, random_images, run_in_workers
+from keras_attnconv.models import build_model, element_clusters, get_model_config
 from keras_attnconv.models.precision import check_precisions
-from keras_attnconv.utils.reports import device_description, json_settings, machine, machine_text, write_report
+from keras_attnconv.utils.reports import (
+    cpu_capabilities,
+    device_description,
+    json_settings,
+    machine,
+    machine_text,
+    write_report,
+)
 
 PROFILE_FULL = {
     "model": "quadratic",
@@ -295,6 +303,7 @@ def profile_case(model, precision, path, batch, image_size, warmup, repeats, **_
         "trace_lines": trace.line_names,
         "device_kernels": trace.device_kernels,
         "cores_busy": cores_busy,
+        "element_clusters": path == "graph" and element_clusters.in_effect(),  # the graph path is TensorFlow's
     }
 
 
@@ -332,12 +341,18 @@ def run_profile(quick=False, output="bench-profile.json", models=None, **overrid
     settings = json_settings({**profile_settings(quick), **overrides})
     get_model_config(settings["model"], image_size=settings["image_size"])  # an unknown name: the closest ones
     check_precisions(settings["precisions"])
-    cases = [
-        {**settings, "precision": precision, "path": path}
-        for precision in settings["precisions"]
-        for path in settings["paths"]
-    ]
-    rows = run_in_workers("profile-case", cases, concurrently=False)
+    units = cpu_capabilities()["bfloat16_units"]
+    rows = []
+    for precision in settings["precisions"]:
+        for path in settings["paths"]:
+            # The graph step as `attnconv train` runs it: with the element-wise clusters where train sets them.
+            clustered = path == "graph" and element_clusters.train_sets_them(settings["model"], precision, units)
+            case = {**settings, "precision": precision, "path": path}
+            environment = element_clusters.worker_environment(True) if clustered else None
+            (row,) = run_in_workers("profile-case", [case], concurrently=False, environment=environment)
+            if row["element_clusters"] != clustered:
+                raise RuntimeError(f"a worker's TF_XLA_FLAGS did not take: {row['element_clusters']} for {case}")
+            rows.append(row)
     results = {"machine": machine(), "device": device_description(), "settings": settings, "rows": rows}
     write_report(output, results, profile_markdown(results))
     return results
@@ -377,7 +392,7 @@ def profile_markdown(results):
         total, share = shares(row)
         cores = "-" if row.get("cores_busy") is None else f"{row['cores_busy']:.2f}"  # not measured before
         lines.append(
-            f"| {row['precision']} | {row['path']} | {row['step_ms']:.1f} | {total:.1f} "
+            f"| {row['precision']} | {path_label(row)} | {row['step_ms']:.1f} | {total:.1f} "
             + "".join(f"| {100 * share[name]:.0f}% " for name in share)
             + f"| {row['kinds_ms'].get(FRAMEWORK, 0.0):.1f} | {cores} |"
         )
@@ -385,7 +400,7 @@ def profile_markdown(results):
         total, _ = shares(row)
         lines += [
             "",
-            f"{row['precision']}, {row['path']}: the {settings['top']} largest op kinds",
+            f"{row['precision']}, {path_label(row)}: the {settings['top']} largest op kinds",
             "",
             "| op kind | ms per step | share |",
             "|---|---|---|",

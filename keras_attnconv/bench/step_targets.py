@@ -10,16 +10,12 @@ path"), on the path `jit_compile="auto"` takes (the rows' ``rule``):
   to float32, so it has no bfloat16 target.
 """
 
+from keras_attnconv.bench.measure import path_label
+
 MODEL = "quadratic"
 FLOAT32_FRACTION = 0.75
 AMX_FRACTION = 0.5
 AVX512_BF16_SPEEDUP = 2.0
-
-
-def path_label(row):
-    """A steps row's path as the tables write it: ``xla``, ``graph``, or ``graph + clusters`` where its
-    element-wise ops ran in XLA clusters (rows written before that was recorded had none)."""
-    return "graph + clusters" if row.get("element_clusters") else row["path"]
 
 
 def _rule_row(rows, precision):

@@ -63,6 +63,24 @@ def is_attention_model(name):
         return False
 
 
+def train_sets_them(model, precision, bfloat16_units, environ=None):
+    """Whether `attnconv train` of `model` in `precision` (``jit_compile="auto"``, one device, this backend) on
+    a CPU with `bfloat16_units` (`cpu_capabilities`) would set the flags: never where `environ` (default: the
+    process') has a ``TF_XLA_FLAGS`` of its own, which train leaves as it is (`enable_for`)."""
+    import keras
+
+    environ = os.environ if environ is None else environ
+    attention = is_attention_model(model)
+    takes = takes_element_clusters(keras.backend.backend(), precision, "auto", attention, bfloat16_units)
+    return takes and VARIABLE not in environ
+
+
+def worker_environment(clustered):
+    """The variables a fresh process (`run_in_workers`) starts with to run with the clusters or without any
+    ``TF_XLA_FLAGS`` (None takes the variable out): a user's own flags are neither case."""
+    return {VARIABLE: " ".join(FLAGS) if clustered else None}
+
+
 def in_effect(environ=None):
     """Whether `environ`'s (default: the process') ``TF_XLA_FLAGS`` clusters the graph's element-wise ops."""
     given = (os.environ if environ is None else environ).get(VARIABLE, "").split()

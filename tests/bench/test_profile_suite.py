@@ -10,6 +10,7 @@ from support import quick_bench_on_jax, tensorflow_backend_only
 from keras_attnconv import bench, cli
 from keras_attnconv.bench import profile_suite
 from keras_attnconv.bench.profile_suite import FRAMEWORK, category, counted_lines, op_kind, self_times_by_kind
+from keras_attnconv.utils import reports
 
 MS = 10**9  # picoseconds
 
@@ -49,6 +50,11 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # the workers' temporary files
     output = tmp_path / "profile.json"
+    # Posed as a CPU with AMX, where train runs a mixed_bfloat16 attention model's graph step with the
+    # element-wise clusters: so does the profile (the suite raises where a worker's flags did not take).
+    capabilities = reports.cpu_capabilities()
+    monkeypatch.setattr(profile_suite, "cpu_capabilities", lambda: {**capabilities, "bfloat16_units": "AMX"})
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
     # The model and the precisions the command line names (the default model is profiled on JAX below).
     arguments = ["--models", "learned_content_tiny", "--precisions", "mixed_bfloat16"]
     assert cli.main(["bench", "--suite", "profile", "--quick", *arguments, "--output", str(output)]) == 0
@@ -58,6 +64,7 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     assert [(row["model"], row["precision"], row["path"]) for row in results["rows"]] == [
         ("learned_content_tiny", "mixed_bfloat16", path) for path in ("xla", "graph")
     ]
+    assert [row["element_clusters"] for row in results["rows"]] == [False, True]
     for row in results["rows"]:
         total, share = profile_suite.shares(row)
         assert row["step_ms"] > 0 and total > 0 and share["matmul"] > 0
@@ -67,6 +74,7 @@ def test_quick_profile_splits_each_paths_step_by_op_kind(tmp_path, capsys, monke
     assert "`learned_content_tiny`, batch 2, 8x8x3" in table
     assert "| precision | path | step ms | op ms | matmul | random | other |" in table
     assert "| CPU cores busy (OS) |" in table
+    assert "| mixed_bfloat16 | xla |" in table and "| mixed_bfloat16 | graph + clusters |" in table
     assert "the 5 largest op kinds" in capsys.readouterr().out
 
 

@@ -47,6 +47,22 @@ def test_any_other_run_does_not(change):
     assert not takes_element_clusters(**{**TAKES, **change})
 
 
+def test_what_train_would_set_for_a_benchmarks_case_is_its_rule_unless_the_user_set_the_variable(monkeypatch):
+    # The benchmarks time a case's graph step as train runs it (the steps and profile suites).
+    monkeypatch.setattr("keras.backend.backend", lambda: "tensorflow")
+    assert element_clusters.train_sets_them("quadratic", "mixed_bfloat16", "AMX", environ={})
+    assert not element_clusters.train_sets_them("resnet18", "mixed_bfloat16", "AMX", environ={})
+    assert not element_clusters.train_sets_them("quadratic", "float32", "AMX", environ={})
+    assert not element_clusters.train_sets_them("quadratic", "mixed_bfloat16", None, environ={})
+    given = {"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}
+    assert not element_clusters.train_sets_them("quadratic", "mixed_bfloat16", "AMX", environ=given)
+
+
+def test_a_workers_environment_sets_the_flags_or_takes_the_variable_out():
+    assert element_clusters.worker_environment(True) == {"TF_XLA_FLAGS": " ".join(FLAGS)}
+    assert element_clusters.worker_environment(False) == {"TF_XLA_FLAGS": None}  # run_in_workers: None removes
+
+
 @pytest.fixture
 def bfloat16_cpu(monkeypatch):
     from keras_attnconv.utils import reports
