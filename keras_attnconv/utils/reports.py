@@ -146,7 +146,19 @@ def machine():
         "cpus_usable": usable_cpus(),
         "platform": platform.platform(),
         "cpu": _cpu_report(),
+        "compiler_flags": compiler_flags(),
     }
+
+
+#: Variables that change what a compiled step runs (XLA's options; TensorFlow's clusters, `element_clusters`).
+COMPILER_FLAG_VARIABLES = ("TF_XLA_FLAGS", "XLA_FLAGS")
+
+
+def compiler_flags(environ=None):
+    """The `COMPILER_FLAG_VARIABLES` set in `environ` (default: the process'), by name: what a measurement
+    ran with beside the code and the machine."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in COMPILER_FLAG_VARIABLES if name in environ}
 
 
 def machine_text(machine):
@@ -156,9 +168,11 @@ def machine_text(machine):
     usable = machine.get("cpus_usable", machine["cpus"])  # not recorded before: all of them
     confined = f", {usable} of them usable by the process" if usable != machine["cpus"] else ""
     numbers = f" (family {cpu['family']}, model {cpu['model_number']})" if cpu.get("family") is not None else ""
+    flags = "".join(f"; {name}={value!r}" for name, value in (machine.get("compiler_flags") or {}).items())
     return (
         f"{cpu.get('model', machine['processor'])}{numbers}, {machine['cpus']} CPUs{confined} "
         f"(bfloat16 units: {cpu.get('bfloat16_units') or 'none'}; vectors: {cpu.get('vector_units') or '?'})"
+        f"{flags}"
     )
 
 

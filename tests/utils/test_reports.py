@@ -39,6 +39,18 @@ def test_the_versions_go_into_the_results_machine_record_as_far_as_it_lacks_them
     assert written["machine"] == {**recorded, "numpy": np.__version__, **backend_versions()}
 
 
+def test_the_machine_record_names_the_compiler_flags_a_measurement_ran_with(monkeypatch):
+    # TF_XLA_FLAGS (TensorFlow's clusters) and XLA_FLAGS change what a compiled step runs: a results file says so.
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2")
+    recorded = machine()
+    assert recorded["compiler_flags"] == {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+    assert reports.machine_text(recorded).endswith("; TF_XLA_FLAGS='--tf_xla_auto_jit=2'")
+    monkeypatch.delenv("TF_XLA_FLAGS")
+    recorded = machine()
+    assert recorded["compiler_flags"] == {} and reports.machine_text(recorded).endswith(")")
+
+
 def test_a_record_with_every_version_is_kept_as_it_is_and_a_workers_record_is_never_changed(tmp_path):
     # A worker's description (`device_description`, on its own backend): nothing to add, and the worker's
     # versions stay, whatever this process runs on.
