@@ -27,6 +27,7 @@ from keras_attnconv.models.cifar import (
     OFFICIAL_MEAN,
     OFFICIAL_STD,
 )
+from keras_attnconv.training import held_out
 from keras_attnconv.training.recipe import NORMALIZATIONS
 from keras_attnconv.utils.assets import SAMPLE_PATH
 from keras_attnconv.utils.checks import check_choice, did_you_mean
@@ -94,6 +95,9 @@ def _read_npz_info(name, path, mtime_ns, size):
         train = splits.get("train", splits.get(""))
         images_key = (train or next(iter(splits.values())))[0]
         images = _check_images(name, images_key, _npz_array(name, data, images_key))
+        if set(splits) == {""} and len(images) == len(labels):  # x/y alone: the images it trains on, not those
+            # held out (a file with another number of labels is refused when its arrays are loaded)
+            images = images[~_held_out_of(labels)]
         mean, std = _channel_statistics(images) if train else (None, None)
         stated = _class_names(name, _npz_array(name, data, "class_names")) if "class_names" in data.files else None
     num_classes = len(stated) if stated else int(labels.max(initial=0)) + 1
@@ -146,7 +150,7 @@ def pixel_statistics(info, normalization):
         return OFFICIAL_MEAN, OFFICIAL_STD
     if info.mean is None:
         raise ValueError(
-            f"{info.name!r} has no training images (`x_train`, or `x` for every split) to take its "
+            f"{info.name!r} has no training images (`x_train`, or `x`) to take its "
             f"pixel statistics from: add them, or pass normalization='official'. "
             f"Received: normalization={normalization!r}"
         )
@@ -219,6 +223,19 @@ def _npz_splits(name, files):
     return splits
 
 
+def _held_out_of(labels):
+    """`held_out.held_out_mask` of a .npz's ``x``/``y`` (its images keyed by their position in the file)."""
+    return _held_out_mask(labels.astype("int64").tobytes())
+
+
+@functools.lru_cache(maxsize=4)  # dataset_info and the two splits' load_arrays ask for the same file's
+def _held_out_mask(labels_bytes):
+    labels = np.frombuffer(labels_bytes, dtype="int64")
+    mask = held_out.held_out_mask(range(len(labels)), labels)
+    mask.setflags(write=False)  # shared by the callers
+    return mask
+
+
 def _integer_labels(name, split, labels):
     """Labels as int64, refusing what would be silently truncated or out of range."""
     labels = np.asarray(labels)
@@ -279,12 +296,23 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
         path = SAMPLE_PATH if dataset == "cifar10_sample" else _existing_npz(dataset)
         with _open_npz(dataset, path) as data:
             splits = _npz_splits(dataset, data.files)
+            unsplit = set(splits) == {""}
+            if unsplit and split not in held_out.SPLITS:
+                raise missing_split(dataset, split, held_out.SPLITS, argument)
             key = split if split in splits else ""
             if key not in splits:
                 raise missing_split(dataset, split, splits, argument)
             images_key, labels_key = splits[key]
             images = _check_images(dataset, images_key, _npz_array(dataset, data, images_key))
             labels = _integer_labels(dataset, key, _npz_array(dataset, data, labels_key))
+            if unsplit:  # x/y alone: split here, as a folder without split folders is
+                if len(images) != len(labels):
+                    raise ValueError(
+                        f"{str(dataset)!r} must hold as many labels as images. Received: x {images.shape}, "
+                        f"y {labels.shape}"
+                    )
+                chosen = _held_out_of(labels) == (split == "test")
+                images, labels = images[chosen], labels[chosen]
     where = f"{dataset!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
         raise ValueError(

@@ -1,9 +1,9 @@
 """A folder of images as a dataset: one subfolder per class, the layout of ``keras.utils.image_dataset_from_directory``.
 
 ``DIR/<split>/<class>/<image>`` (the splits are ``DIR``'s folders that hold class folders: ``train``, ``test``,
-``validation``, ...; every split has the same classes), or ``DIR/<class>/<image>``, which is split here:
-`HELD_OUT_FRACTION` of each class goes to ``"test"``, the images ranked by a digest of their path and
-`SPLIT_SEED` (the same split every time, and adding an image moves few others). The class names are the class
+``validation``, ...; every split has the same classes), or ``DIR/<class>/<image>``, which is split here
+(`held_out`: `HELD_OUT_FRACTION` of each class goes to ``"test"``, the images ranked by a digest of their path
+and `SPLIT_SEED`: the same split every time, and adding an image moves few others). The class names are the class
 folders' names, sorted; a label is its class' index. Images are JPEG or PNG (``.jpg``, ``.jpeg``, ``.png``, any
 case; in a class folder or below it), decoded by Pillow and converted to RGB, all of one square size; anything
 else (hidden entries, other files, folders that are no split or class) is skipped, and the count said on stderr.
@@ -29,13 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from keras_attnconv.training.data import DatasetInfo, _channel_statistics, missing_split
+from keras_attnconv.training.held_out import HELD_OUT_FRACTION, SPLIT_SEED, held_out_mask
 from keras_attnconv.utils.files import write_atomically
 from keras_attnconv.utils.reports import usable_cpus
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 SPLIT_NAMES = ("train", "test", "validation")  # a folder of these holding folders: DIR is split by folders
-HELD_OUT_FRACTION = 0.1  # of each class of a folder without splits, held out as "test" (at least 1 of 2 or more)
-SPLIT_SEED = "keras_attnconv held-out v1"
 CACHE_FORMAT = 2  # part of the cache key: a new format, split rule or decoding (2: 16-bit grey PNGs) decodes again
 PARALLEL_FROM = 2_000  # images; fewer are decoded in this process
 CHUNK = 500  # images per task of the decoding pool
@@ -215,19 +214,11 @@ def _images_under(folder, directories, skipped, root, seen):
 
 
 def _held_out(entries):
-    """{"train": ..., "test": ...} of a folder without splits: per class, the `HELD_OUT_FRACTION` of its images
-    whose digest of (`SPLIT_SEED`, path) ranks lowest (at least one of a class of two or more) go to "test"."""
-
-    def rank(entry):
-        return hashlib.sha256(f"{SPLIT_SEED}\0{entry[0]}".encode()).hexdigest()
-
+    """{"train": ..., "test": ...} of a folder without splits (`held_out_mask`, keyed by path), class by class."""
+    held = held_out_mask([path for path, _, _ in entries], [label for _, label, _ in entries])
     train, test = [], []
-    for label in sorted({label for _, label, _ in entries}):
-        members = [entry for entry in entries if entry[1] == label]
-        held = max(1, round(HELD_OUT_FRACTION * len(members))) if len(members) > 1 else 0
-        chosen = {entry[0] for entry in sorted(members, key=rank)[:held]}
-        train += [entry for entry in members if entry[0] not in chosen]
-        test += [entry for entry in members if entry[0] in chosen]
+    for index in sorted(range(len(entries)), key=lambda i: entries[i][1]):  # stable: a class' images in order
+        (test if held[index] else train).append(entries[index])
     return {"train": train, "test": test}
 
 

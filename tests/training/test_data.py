@@ -46,7 +46,7 @@ def test_augmentation_is_a_padded_crop_with_optional_flip(tmp_path):
     rng = np.random.default_rng(0)
     image = rng.integers(1, 255, (1, 32, 32, 3), dtype=np.uint8)  # no zero pixel in the original
     path = tmp_path / "one.npz"
-    np.savez(path, x=np.repeat(image, 64, axis=0), y=np.arange(64) % 2)
+    np.savez(path, x_train=np.repeat(image, 64, axis=0), y_train=np.arange(64) % 2)  # all 64 trained on
     augmented, _ = first_batch(data.load_dataset(str(path), "train", batch_size=64, seed=1))
     padded = np.pad(image[0], ((4, 4), (4, 4), (0, 0)), constant_values=0)
     seen_flip = seen_shift = False
@@ -141,6 +141,46 @@ def npz(tmp_path, name="data.npz", **arrays):
 IMAGES = np.zeros((6, 8, 8, 3), np.uint8)
 
 
+def _distinct_images(count):
+    """`count` 8x8 images that differ: image i holds i in its first two pixels (base 256)."""
+    images = np.zeros((count, 8, 8, 3), np.uint8)
+    images[:, 0, 0, 0], images[:, 0, 1, 0] = np.arange(count) % 256, np.arange(count) // 256
+    return images
+
+
+def test_an_npz_of_x_and_y_alone_holds_out_a_tenth_of_each_class_for_evaluation(tmp_path):
+    # As a folder without split folders: never evaluated on the images it trains on.
+    labels = np.repeat([0, 1, 2], [20, 9, 2])
+    np.random.default_rng(0).shuffle(labels)
+    path = npz(tmp_path, x=_distinct_images(len(labels)), y=labels)
+    assert data.dataset_info(path).eval_split == "test"
+    (x_train, y_train), (x_test, y_test) = (data.load_arrays(path, split) for split in ("train", "test"))
+    assert np.bincount(y_test).tolist() == [2, 1, 1]  # 10% of each class, at least one
+    position = {image.tobytes(): i for i, image in enumerate(_distinct_images(len(labels)))}
+    train, test = ([position[image.tobytes()] for image in x] for x in (x_train, x_test))
+    assert not set(train) & set(test) and sorted(train + test) == list(range(len(labels)))
+    assert train == sorted(train) and test == sorted(test)  # the file's order
+    assert labels[train].tolist() == y_train.tolist() and labels[test].tolist() == y_test.tolist()
+    data._held_out_mask.cache_clear()  # the same split computed again, not drawn at random
+    np.testing.assert_array_equal(data.load_arrays(path, "test")[0], x_test)
+
+
+def test_the_statistics_of_an_npz_of_x_and_y_alone_are_those_of_its_training_images(tmp_path):
+    labels = np.arange(40) % 2
+    images = _distinct_images(40)
+    images[data._held_out_of(labels)] = 255  # held-out images unlike the others: they must not count
+    path = npz(tmp_path, x=images, y=labels)
+    info = data.dataset_info(path)
+    assert (info.mean, info.std) == data._channel_statistics(data.load_arrays(path, "train")[0])
+    assert info.mean != data._channel_statistics(images)[0]
+
+
+def test_an_npz_of_x_and_y_alone_has_a_train_and_a_test_split_only(tmp_path):
+    path = npz(tmp_path, x=IMAGES, y=np.arange(6) % 2)
+    with pytest.raises(ValueError, match=r"has no split 'validation'; it has \['test', 'train'\].*eval_split="):
+        data.load_arrays(path, "validation", argument="eval_split")
+
+
 @pytest.mark.parametrize(
     "arrays, message",
     [
@@ -169,7 +209,8 @@ def test_bad_npz_labels_and_arrays_are_named(tmp_path, arrays, message):
 
 
 def test_whole_float_labels_and_stated_class_names_are_accepted(tmp_path):
-    path = npz(tmp_path, x=IMAGES, y=np.array([0.0, 1.0, 2.0, 0.0, 1.0, 1.0]), class_names=np.array(list("abcd")))
+    labels = np.array([0.0, 1.0, 2.0, 0.0, 1.0, 1.0])
+    path = npz(tmp_path, x_train=IMAGES, y_train=labels, class_names=np.array(list("abcd")))  # all trained on
     images, labels = data.load_arrays(path, "train")
     assert labels.dtype == np.int64 and labels.tolist() == [0, 1, 2, 0, 1, 1]
     assert data.dataset_info(path).class_names == ("a", "b", "c", "d")  # 4 classes stated, 3 seen

@@ -127,7 +127,7 @@ def test_bad_cutouts_are_named(sample, overrides, message):
 def test_the_tf_data_pipeline_draws_from_the_same_distribution(tmp_path):
     pytest.importorskip("tensorflow")
     path = tmp_path / "one.npz"
-    np.savez(path, x=np.repeat(IMAGE, 4000, axis=0), y=np.arange(4000) % 2)
+    np.savez(path, x_train=np.repeat(IMAGE, 4000, axis=0), y_train=np.arange(4000) % 2)  # all 4000 trained on
     dataset = data.load_dataset(str(path), "train", batch_size=4000, seed=5)
     pixels = next(iter(dataset))[0].numpy()
     assert pixels.dtype == np.uint8
