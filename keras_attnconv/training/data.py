@@ -312,6 +312,13 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
                         f"y {labels.shape}"
                     )
                 chosen = _held_out_of(labels) == (split == "test")
+                if split == "test" and len(labels) and not chosen.any():  # no images at all: said below
+                    raise ValueError(
+                        f"{str(dataset)!r} holds `x` and `y` alone, which are split here, and holds out no test "
+                        f"images: a class needs 2 images or more for one to be held out as test. Add images, or "
+                        f"give the file `x_train`/`y_train` and `x_test`/`y_test` arrays. Received: classes of "
+                        f"{sorted(set(np.bincount(labels).tolist()) - {0})} images"
+                    )
                 images, labels = images[chosen], labels[chosen]
     where = f"{dataset!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):

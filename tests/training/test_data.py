@@ -175,6 +175,13 @@ def test_the_statistics_of_an_npz_of_x_and_y_alone_are_those_of_its_training_ima
     assert info.mean != data._channel_statistics(images)[0]
 
 
+def test_an_npz_of_x_and_y_alone_with_one_image_a_class_says_why_it_has_no_test_images(tmp_path):
+    path = npz(tmp_path, x=IMAGES[:3], y=np.arange(3))
+    with pytest.raises(ValueError, match=r"holds out no test images: a class needs 2 images.*classes of \[1\] images"):
+        data.load_arrays(path, "test")
+    assert len(data.load_arrays(path, "train")[0]) == 3
+
+
 def test_an_npz_of_x_and_y_alone_has_a_train_and_a_test_split_only(tmp_path):
     path = npz(tmp_path, x=IMAGES, y=np.arange(6) % 2)
     with pytest.raises(ValueError, match=r"has no split 'validation'; it has \['test', 'train'\].*eval_split="):
