@@ -310,6 +310,11 @@ def first_judged_epoch(schedule, steps_per_epoch):
     )
 
 
+# Fewer optimizer steps than this in all, and a run at chance may only be too short to learn (a smoke test's
+# `--steps-per-epoch 3`): the error says so beside the usual advice, which blames the rate.
+FEW_STEPS = 100
+
+
 class NothingLearnedError(RuntimeError):
     """After its warm-up, the model is at chance on the validation images, or its training loss exploded."""
 
@@ -355,25 +360,37 @@ class StopWhenNothingLearned(keras.callbacks.Callback):
         logs = logs or {}
         if epoch < self.first_epoch:  # still warming up (or just done): the rate has not reached its peak
             return
+        loss, threshold = float(logs.get("loss", math.nan)), exploded_loss_threshold(self.num_classes)
+        accuracy = float(logs.get("val_accuracy", math.nan))
+        exploded = math.isfinite(loss) and loss > threshold
+        if not exploded and not at_chance(accuracy, self.num_classes, self.eval_examples):
+            return
+        steps = self._steps_trained()
+        when = f"in epoch {epoch + 1}, after the warm-up"
+        when += "" if steps is None else f" and {steps} training steps in all"
         advice = (
             "The records of the earlier epochs are kept and nothing is exported. Train again in a new "
             "--run-dir with a longer warm-up (--warmup-ratio) or a lower --learning-rate."
         )
-        loss, threshold = float(logs.get("loss", math.nan)), exploded_loss_threshold(self.num_classes)
-        if math.isfinite(loss) and loss > threshold:
+        if exploded:
             raise NothingLearnedError(
-                f"The training loss exploded to {loss:.4g} in epoch {epoch + 1}, after the warm-up (above "
+                f"The training loss exploded to {loss:.4g} {when} (above "
                 f"{EXPLODED_LOSS_FACTOR} ln {self.num_classes} = {threshold:.4g}; a model at chance has "
                 f"ln {self.num_classes} = {math.log(self.num_classes):.4g}); training stopped. {advice} "
                 f"Received: loss={loss:.6g}"
             )
-        accuracy = float(logs.get("val_accuracy", math.nan))
-        if at_chance(accuracy, self.num_classes, self.eval_examples):
-            raise NothingLearnedError(
-                f"The model learned nothing: in epoch {epoch + 1}, after the warm-up, its validation "
-                f"{describe_chance(accuracy, self.num_classes, self.eval_examples)}; training stopped. {advice} "
-                f"Received: val_accuracy={accuracy:.6g}"
-            )
+        if steps is not None and steps < FEW_STEPS:
+            advice += f" {steps} steps may also be too few to learn anything: train more (--epochs, --steps-per-epoch)."
+        raise NothingLearnedError(
+            f"The model learned nothing: {when}, its validation "
+            f"{describe_chance(accuracy, self.num_classes, self.eval_examples)}; training stopped. {advice} "
+            f"Received: val_accuracy={accuracy:.6g}"
+        )
+
+    def _steps_trained(self):
+        """The optimizer's steps so far (a resumed run's earlier ones included); None for a callback on no model."""
+        optimizer = None if self._model is None else getattr(self.model, "optimizer", None)
+        return None if optimizer is None else int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class BestCheckpoint(keras.callbacks.Callback):

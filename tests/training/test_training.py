@@ -3,6 +3,7 @@ distribution, recipes, learning on real images, bad input."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -682,6 +683,29 @@ def test_a_run_that_learned_nothing_after_its_warmup_stops(epoch, logs, stops):
         callback.on_epoch_end(epoch, logs)
     assert "--warmup-ratio" in str(error.value) and "--learning-rate" in str(error.value)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "steps, logs, says, too_few",
+    [
+        (6, {"loss": 2.3026, "val_accuracy": 0.1}, "in epoch 3, after the warm-up and 6 training steps in all,", True),
+        (500, {"loss": 2.3026, "val_accuracy": 0.1}, "in epoch 3, after the warm-up and 500 training steps", False),
+        (6, {"loss": 1.7e14, "val_accuracy": 0.1}, "exploded to 1.7e+14 in epoch 3, after the warm-up and 6 ", False),
+    ],
+)
+def test_a_run_stopped_for_learning_nothing_says_how_many_steps_it_trained(steps, logs, says, too_few):
+    # A smoke test of a few steps (--steps-per-epoch 3) is at chance because it is short, not because of its
+    # rate: the error says so. An explosion is never for want of steps.
+    from types import SimpleNamespace
+
+    from keras_attnconv.training.callbacks import NothingLearnedError, StopWhenNothingLearned
+
+    callback = StopWhenNothingLearned(num_classes=10, eval_examples=500, first_epoch=2)
+    callback.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=steps)))
+    with pytest.raises(NothingLearnedError, match=re.escape(says)) as error:
+        callback.on_epoch_end(2, logs)
+    hint = f"{steps} steps may also be too few to learn anything: train more (--epochs, --steps-per-epoch)."
+    assert (hint in str(error.value)) == too_few and "--warmup-ratio" in str(error.value)
 
 
 @pytest.mark.parametrize(
