@@ -322,16 +322,17 @@ def clustered_step_groups(models, precisions, environ=None):
     (precision, models, whether their graph step takes element-wise XLA clusters), or None where no case takes
     them or `environ` (default: the process') has ``TF_XLA_FLAGS`` of its own, which train leaves as it is."""
     units = cpu_capabilities()["bfloat16_units"]
-
-    def takes(model, precision):
-        return element_clusters.train_sets_them(model, precision, units, environ)
-
-    if not any(takes(model, precision) for model in models for precision in precisions):
+    takes = {
+        (model, precision): element_clusters.train_sets_them(model, precision, units, environ)
+        for precision in precisions
+        for model in models
+    }
+    if not any(takes.values()):
         return None
     groups = []
     for precision in precisions:
         for clustered in (False, True):
-            group = [model for model in models if takes(model, precision) == clustered]
+            group = [model for model in models if takes[(model, precision)] == clustered]
             groups += [(precision, group, clustered)] if group else []
     return groups
 

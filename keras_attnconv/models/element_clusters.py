@@ -63,16 +63,17 @@ def is_attention_model(name):
         return False
 
 
-def train_sets_them(model, precision, bfloat16_units, environ=None):
-    """Whether `attnconv train` of `model` in `precision` (``jit_compile="auto"``, one device, this backend) on
-    a CPU with `bfloat16_units` (`cpu_capabilities`) would set the flags: never where `environ` (default: the
-    process') has a ``TF_XLA_FLAGS`` of its own, which train leaves as it is (`enable_for`)."""
+def train_sets_them(model, precision, bfloat16_units, environ=None, jit_compile="auto", strategy="default"):
+    """Whether `attnconv train` of `model` in `precision` (with `jit_compile` and `strategy`, this backend) on
+    a CPU with `bfloat16_units` (`cpu_capabilities`) would set the flags (`takes_element_clusters`): never where
+    `environ` (default: the process') has a ``TF_XLA_FLAGS`` of its own, which train leaves as it is."""
     import keras
 
     environ = os.environ if environ is None else environ
+    if VARIABLE in environ:
+        return False
     attention = is_attention_model(model)
-    takes = takes_element_clusters(keras.backend.backend(), precision, "auto", attention, bfloat16_units)
-    return takes and VARIABLE not in environ
+    return takes_element_clusters(keras.backend.backend(), precision, jit_compile, attention, bfloat16_units, strategy)
 
 
 def worker_environment(clustered):
@@ -108,21 +109,11 @@ def enable_for(config, environ=None):
         config: a `keras_attnconv.training.TrainConfig`.
         environ: the environment to change (a dict in tests).
     """
-    import keras
-
     from keras_attnconv.utils.reports import cpu_capabilities
 
     environ = os.environ if environ is None else environ
-    if VARIABLE in environ:
-        return False
-    takes = takes_element_clusters(
-        keras.backend.backend(),
-        config.precision,
-        config.jit_compile,
-        is_attention_model(config.model),
-        cpu_capabilities()["bfloat16_units"],
-        config.strategy,
-    )
+    units = cpu_capabilities()["bfloat16_units"]
+    takes = train_sets_them(config.model, config.precision, units, environ, config.jit_compile, config.strategy)
     if takes and not tensorflow_started():
         environ[VARIABLE] = " ".join(FLAGS)
         return True

@@ -236,6 +236,19 @@ def _held_out_mask(labels_bytes):
     return mask
 
 
+def _held_out_part(dataset, split, images, labels):
+    """The `split` (``"train"`` or ``"test"``) of a .npz's ``x``/``y`` (`_held_out_of`): its images and labels."""
+    chosen = _held_out_of(labels) == (split == "test")
+    if split == "test" and len(labels) and not chosen.any():  # no images at all: said by the caller
+        raise ValueError(
+            f"{str(dataset)!r} holds `x` and `y` alone, which are split here, and holds out no test "
+            f"images: a class needs 2 images or more for one to be held out as test. Add images, or "
+            f"give the file `x_train`/`y_train` and `x_test`/`y_test` arrays. Received: classes of "
+            f"{sorted(set(np.bincount(labels).tolist()) - {0})} images"
+        )
+    return images[chosen], labels[chosen]
+
+
 def _integer_labels(name, split, labels):
     """Labels as int64, refusing what would be silently truncated or out of range."""
     labels = np.asarray(labels)
@@ -286,6 +299,7 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
     the split, for the error of a split the data lacks (``"eval_split"``).
     """
     info = dataset_info(dataset)
+    unsplit = False  # a .npz of x and y alone, split here
     if dataset in TFDS_DATASETS:
         images, labels = _tfds_arrays(_tfds_dataset(dataset, split, data_dir, download, argument))
     elif Path(str(dataset)).expanduser().is_dir():
@@ -305,27 +319,14 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
             images_key, labels_key = splits[key]
             images = _check_images(dataset, images_key, _npz_array(dataset, data, images_key))
             labels = _integer_labels(dataset, key, _npz_array(dataset, data, labels_key))
-            if unsplit:  # x/y alone: split here, as a folder without split folders is
-                if len(images) != len(labels):
-                    raise ValueError(
-                        f"{str(dataset)!r} must hold as many labels as images. Received: x {images.shape}, "
-                        f"y {labels.shape}"
-                    )
-                chosen = _held_out_of(labels) == (split == "test")
-                if split == "test" and len(labels) and not chosen.any():  # no images at all: said below
-                    raise ValueError(
-                        f"{str(dataset)!r} holds `x` and `y` alone, which are split here, and holds out no test "
-                        f"images: a class needs 2 images or more for one to be held out as test. Add images, or "
-                        f"give the file `x_train`/`y_train` and `x_test`/`y_test` arrays. Received: classes of "
-                        f"{sorted(set(np.bincount(labels).tolist()) - {0})} images"
-                    )
-                images, labels = images[chosen], labels[chosen]
     where = f"{dataset!r} split {split!r}"
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
         raise ValueError(
             f"{where} must hold uint8 images (N, H, W, 3) and N labels. "
             f"Received: x {images.dtype} {images.shape}, y {labels.shape}"
         )
+    if unsplit:  # x/y alone: split here, as a folder without split folders is
+        images, labels = _held_out_part(dataset, split, images, labels)
     if not len(images):
         raise ValueError(f"{where} holds no images. Received: x {images.shape}")
     if images.shape[1] != info.image_size:  # the model is built for the size of the training images
