@@ -107,10 +107,13 @@ def write_single_file(model, staging, format, description):
     path = staging / VERSION_FILES[format]
     # The signature given, not taken from the model: Keras' own needs a model that has been called once.
     signature = [tf.TensorSpec((None, size, size, 3), tf.uint8, name="images")]
-    with warnings.catch_warnings():
-        # Keras' ONNX export probes `np.object`, which NumPy 2 answers with a FutureWarning meant for Keras.
-        warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
-        model.export(str(path), format=format, verbose=False, input_signature=signature)
+    if format == "litert":
+        path.write_bytes(_litert_file(model, signature, staging))
+    else:
+        with warnings.catch_warnings():
+            # Keras' ONNX export probes `np.object`, which NumPy 2 answers with a FutureWarning meant for Keras.
+            warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
+            model.export(str(path), format=format, verbose=False, input_signature=signature)
     if format == "onnx":
         import onnx
 
@@ -130,6 +133,34 @@ def write_single_file(model, staging, format, description):
         "inputs": {"images": ["uint8", [None, size, size, 3]]},
         "outputs": {"logits": ["float32", [None, model.config.num_classes]]},
     }
+
+
+def _litert_file(model, signature, staging):
+    """The LiteRT file: Keras' own conversion path (an export archive, then TensorFlow's converter from it), with
+    the signature's output named ``logits``, as in the ONNX file and metadata.json (Keras' ``model.export`` names
+    it ``output_0``, which is what a LiteRT signature runner's user would have had to ask for)."""
+    import shutil
+
+    import tensorflow as tf
+
+    # The converter's input lives in the staging directory, not in the system's temporary folder: nothing is
+    # written outside the export root, and it is gone before the version is published.
+    saved_model_dir = staging / "litert_saved_model"
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint(
+            "serve", lambda images: {"logits": model(images, training=False)}, input_signature=signature
+        )
+        archive.write_out(str(saved_model_dir), verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model_dir))
+        # As Keras converts: TensorFlow ops the builtins lack are allowed (the interpreter's check before
+        # publishing refuses a file it cannot run), and the model's variables stay resources.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+        converter.experimental_enable_resource_variables = True
+        return converter.convert()
+    finally:
+        shutil.rmtree(saved_model_dir, ignore_errors=True)
 
 
 WARMUP_FILE = "tf_serving_warmup_requests"

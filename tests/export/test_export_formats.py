@@ -159,6 +159,16 @@ def test_litert_in_the_interpreter(family, exports, logits, pixels):
     assert_same_predictions(interpreter.get_tensor(output["index"]), logits[family])
 
 
+def test_litert_signature_takes_images_and_names_its_output_logits(exports, logits, pixels):
+    # What metadata.json and the ONNX file say: a signature runner's user asks for "logits", not "output_0".
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    interpreter = litert.Interpreter(str(exports["litert"]["quadratic"] / "model.tflite"))
+    assert interpreter.get_signature_list() == {"serving_default": {"inputs": ["images"], "outputs": ["logits"]}}
+    outputs = interpreter.get_signature_runner("serving_default")(images=pixels)
+    assert set(outputs) == {"logits"}
+    assert_same_predictions(outputs["logits"], logits["quadratic"])
+
+
 def test_each_format_records_its_signature_and_the_models_identity(exports, models):
     for fmt, paths in exports.items():
         for family, path in paths.items():
