@@ -11,7 +11,7 @@ import dataclasses
 
 from keras_attnconv.models import get_model_card, get_paper_figures
 from keras_attnconv.utils.files import check_writable
-from keras_attnconv.utils.reports import machine, percent, report_paths, write_report
+from keras_attnconv.utils.reports import device_description, device_text, percent, report_paths, write_report
 
 #: One small model per position encoding of the zoo, for the quick recipe on a CPU.
 ENCODINGS = (
@@ -83,7 +83,9 @@ def compare_models(recipe, models=ENCODINGS, output="compare.json", **overrides)
         "seed": recipe_values.seed,
         "precision": recipe_values.precision,
         "eval_split": metrics["eval_split"],
-        "machine": machine(),
+        # The device the images per second and the wall times were measured on: a CPU's model and its bfloat16
+        # and vector units, or the GPU's name.
+        "machine": device_description(),
         "rows": rows,
     }
     write_report(output, results, markdown_table(results))
@@ -105,7 +107,7 @@ def markdown_table(results):
         f"Recipe `{results['recipe']}` ({results['dataset']}, {results['epochs']} "
         f"epoch{'' if results['epochs'] == 1 else 's'}, "
         f"{results['precision']}, seed {results['seed']}), accuracy on the {results['eval_split']} split; "
-        f"{results['machine']['cpus']} CPUs, Keras {results['machine']['keras']} on "
+        f"{_device_line(results['machine'])}, Keras {results['machine']['keras']} on "
         f"{results['machine']['backend']}.",
         "",
         "| model | encoding | params | final accuracy | best epoch's accuracy | train images/s | wall time |",
@@ -118,6 +120,11 @@ def markdown_table(results):
             f"| {_rate(row['train_images_per_second'])} | {row['wall_seconds'] / 60:.1f} min |"
         )
     return "\n".join(lines + _twins_table(results["rows"])) + "\n"
+
+
+def _device_line(machine):
+    """What the speeds were measured on; a file written before the device was recorded has the CPU count alone."""
+    return device_text(machine) if "device" in machine else f"{machine['cpus']} CPUs"
 
 
 def _twins_table(rows):

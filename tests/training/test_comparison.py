@@ -148,6 +148,30 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
     assert "twin" not in markdown_table({**results, "rows": results["rows"][:1]})
 
 
+def test_the_table_names_the_device_its_speeds_were_measured_on():
+    # Images per second mean nothing without the device: a CPU's model and its bfloat16 and vector units, a GPU's name.
+    from keras_attnconv.training.comparison import markdown_table
+    from keras_attnconv.utils.reports import cpu_capabilities, device_description
+
+    results = {
+        "recipe": "r.toml",
+        "dataset": "d",
+        "epochs": 1,
+        "precision": "float32",
+        "seed": 0,
+        "eval_split": "validation",
+        "rows": [],
+    }
+    header = markdown_table({**results, "machine": device_description()}).splitlines()[0]
+    cpu = cpu_capabilities()
+    assert f"{cpu['model']} (cpu): " in header and f"bfloat16 units: {cpu['bfloat16_units'] or 'none'}" in header
+    gpu = {**device_description(), "device": "NVIDIA H100 80GB HBM3 (gpu)"}
+    assert "; NVIDIA H100 80GB HBM3 (gpu), Keras " in markdown_table({**results, "machine": gpu})
+    # A file written before the device was recorded keeps its line.
+    old = {"cpus": 2, "keras": "3", "backend": "jax"}
+    assert "; 2 CPUs, Keras 3 on jax." in markdown_table({**results, "machine": old})
+
+
 KILLED_COMPARISON = """
 from keras_attnconv.training import run_directory
 from keras_attnconv.training.comparison import compare_models
