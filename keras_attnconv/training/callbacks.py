@@ -166,9 +166,11 @@ def rewind_csv(path, initial_epoch):
     if initial_epoch == 0:
         path.unlink()
         return
-    header, *rows = path.read_text().splitlines(keepends=True)
-    kept = [row for row in rows if row.strip() and int(row.split(",", 1)[0]) < initial_epoch]
-    write_atomically(path, lambda tmp: tmp.write_text("".join([header, *kept])))
+    # Bytes, not text: reading text turns the CSV writer's "\r\n" line ends into "\n", and the kept rows would end
+    # otherwise than those the resumed run appends (and than an uninterrupted run's file).
+    header, *rows = path.read_bytes().splitlines(keepends=True)
+    kept = [row for row in rows if row.strip() and int(row.split(b",", 1)[0]) < initial_epoch]
+    write_atomically(path, lambda tmp: tmp.write_bytes(b"".join([header, *kept])))
 
 
 def csv_history(path):

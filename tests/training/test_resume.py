@@ -87,7 +87,7 @@ def record(run):
         centers = {name: centers[name] for name in centers.files}
     preset_metrics = json.loads((run / "preset" / "metadata.json").read_text())["metrics"]
     return {
-        "history.csv": (run / "history.csv").read_text(),
+        "history.csv": (run / "history.csv").read_bytes(),  # to the byte: Keras' CSVLogger ends its rows in \r\n
         "history": metrics["history"],
         "steps": metrics["optimizer_steps"],
         "best.json": json.loads((run / "checkpoints" / "best.json").read_text()),
