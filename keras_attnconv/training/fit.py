@@ -48,6 +48,7 @@ from keras_attnconv.training.distribution import (
     wait_for_every_process,
     work_around_keras_multi_worker,
 )
+from keras_attnconv.training.event_logs import rewind_event_files
 from keras_attnconv.training.fine_tuning import start_from
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
@@ -315,6 +316,9 @@ def _fit_in_scope(config, plan, run, resume_from):
         print(f"Resuming {run} from epoch {initial_epoch}/{config.epochs}", file=sys.stderr)
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
     rewind_csv(run.history, initial_epoch)
+    if _tensorflow_importable():  # TensorBoard's logs are written only then (`_logging_callbacks`)
+        iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        rewind_event_files(run.logs_dir, initial_epoch, iterations)
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     package = package_revision()  # the code that trains: a checkout may change before the run ends
     start = time.perf_counter()

@@ -79,6 +79,20 @@ def uninterrupted(small_npz, tmp_path_factory):
     return run
 
 
+def tensorboard_scalars(run):
+    """Every scalar of the run's TensorBoard logs as TensorBoard reads them: {writer/tag: [(step, value), ...]}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    scalars = {}
+    for writer in ("train", "validation"):
+        events = EventAccumulator(str(run / "logs" / writer), size_guidance={"tensors": 0})  # 0: every event
+        events.Reload()
+        for tag in events.Tags()["tensors"]:
+            scalars[f"{writer}/{tag}"] = [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+    return scalars
+
+
 def record(run):
     """What a finished run leaves that must not depend on a kill."""
     metrics = json.loads((run / "metrics.json").read_text())
@@ -94,6 +108,8 @@ def record(run):
         "best weights": best.get_weights(),
         "centers": centers,
         "preset metrics": preset_metrics,
+        # An epoch redone after the kill is drawn once, as in the uninterrupted run.
+        "tensorboard": tensorboard_scalars(run),
     }
 
 
@@ -113,7 +129,8 @@ def test_a_kill_at_the_end_of_an_epoch_loses_nothing(kill, small_npz, uninterrup
     keras.utils.set_random_seed(999)  # the rerun is another process: nothing global carries over
     train(TrainConfig(**config(small_npz, run)))
     found, expected = record(run), record(uninterrupted)
-    for key in ("history.csv", "history", "steps", "best.json", "preset metrics"):
+    assert expected["tensorboard"]["validation/epoch_accuracy"]  # the logs were read
+    for key in ("history.csv", "history", "steps", "best.json", "preset metrics", "tensorboard"):
         assert found[key] == expected[key], key
     for a, b in zip(found["best weights"], expected["best weights"], strict=True):
         np.testing.assert_array_equal(a, b)
