@@ -118,6 +118,21 @@ def test_the_data_is_loaded_once_to_check_every_model(recipe, tmp_path, monkeypa
     assert computed == [(160, 8, 8, 3)]  # the pixel statistics, once, of the training images
 
 
+def table_results(rows, machine=None):
+    """The results of a comparison of `rows` (recipe r.toml on d, 1 epoch, float32, seed 0), as `markdown_table`
+    takes them; `machine` defaults to a record of the CPU count alone, as files written before the device have."""
+    return {
+        "recipe": "r.toml",
+        "dataset": "d",
+        "epochs": 1,
+        "precision": "float32",
+        "seed": 0,
+        "eval_split": "validation",
+        "machine": machine or {"cpus": 2, "keras": "3", "backend": "jax"},
+        "rows": rows,
+    }
+
+
 def test_the_table_sets_each_local_model_beside_its_global_twin():
     from keras_attnconv.training.comparison import markdown_table
 
@@ -132,16 +147,7 @@ def test_the_table_sets_each_local_model_beside_its_global_twin():
             "wall_seconds": 60,
         }
 
-    results = {
-        "recipe": "r.toml",
-        "dataset": "d",
-        "epochs": 1,
-        "precision": "float32",
-        "seed": 0,
-        "eval_split": "validation",
-        "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
-        "rows": [row("a_tiny", 0.25, 200), row("a_local_tiny", 0.3, 100), row("b_local_tiny", 0.2, 50)],
-    }
+    results = table_results([row("a_tiny", 0.25, 200), row("a_local_tiny", 0.3, 100), row("b_local_tiny", 0.2, 50)])
     table = markdown_table(results)
     assert "| `a_local_tiny` | 30.0% | 100 | `a_tiny` | 25.0% | 200 |" in table
     assert "`b_local_tiny` | 20.0% | 50 | `" not in table  # no twin ran: no pair
@@ -153,23 +159,13 @@ def test_the_table_names_the_device_its_speeds_were_measured_on():
     from keras_attnconv.training.comparison import markdown_table
     from keras_attnconv.utils.reports import cpu_capabilities, device_description
 
-    results = {
-        "recipe": "r.toml",
-        "dataset": "d",
-        "epochs": 1,
-        "precision": "float32",
-        "seed": 0,
-        "eval_split": "validation",
-        "rows": [],
-    }
-    header = markdown_table({**results, "machine": device_description()}).splitlines()[0]
+    header = markdown_table(table_results([], device_description())).splitlines()[0]
     cpu = cpu_capabilities()
     assert f"{cpu['model']} (cpu): " in header and f"bfloat16 units: {cpu['bfloat16_units'] or 'none'}" in header
     gpu = {**device_description(), "device": "NVIDIA H100 80GB HBM3 (gpu)"}
-    assert "; NVIDIA H100 80GB HBM3 (gpu), Keras " in markdown_table({**results, "machine": gpu})
+    assert "; NVIDIA H100 80GB HBM3 (gpu), Keras " in markdown_table(table_results([], gpu))
     # A file written before the device was recorded keeps its line.
-    old = {"cpus": 2, "keras": "3", "backend": "jax"}
-    assert "; 2 CPUs, Keras 3 on jax." in markdown_table({**results, "machine": old})
+    assert "; 2 CPUs, Keras 3 on jax." in markdown_table(table_results([]))
 
 
 KILLED_COMPARISON = """
@@ -211,17 +207,7 @@ def test_the_table_shows_a_figure_a_finished_run_lacks_as_a_dash():
         }
         for name in ("a_tiny", "a_local_tiny")
     ]
-    results = {
-        "recipe": "r.toml",
-        "dataset": "d",
-        "epochs": 1,
-        "precision": "float32",
-        "seed": 0,
-        "eval_split": "validation",
-        "machine": {"cpus": 2, "keras": "3", "backend": "jax"},
-        "rows": rows,
-    }
-    table = markdown_table(results)
+    table = markdown_table(table_results(rows))
     assert table.startswith("Recipe `r.toml` (d, 1 epoch, float32, seed 0)")  # not "1 epochs"
     assert "| final accuracy | best epoch's accuracy |" in table  # the best epoch's is an accuracy, not a number
     assert "| `a_tiny` | a_tiny | 1k | 25.0% | - | - | 1.0 min |" in table
