@@ -15,9 +15,9 @@ from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.utils.ownership import write_mark
 
 
-@tensorflow_backend_only("an export traces the model with TensorFlow")
-def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
-    config = TrainConfig(
+def exported_run_config(small_npz, tmp_path):
+    """A one-epoch run of a one-layer tiny model, into tmp_path/runs/small, exported to tmp_path/saved."""
+    return TrainConfig(
         name="small",
         model="quadratic_tiny",
         dataset=small_npz,
@@ -29,6 +29,11 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
         verbose=0,
         jit_compile=False,
     )
+
+
+@tensorflow_backend_only("an export traces the model with TensorFlow")
+def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp_path, monkeypatch):
+    config = exported_run_config(small_npz, tmp_path)
     published = workflow.export_source
 
     def killed(*args, **kwargs):
@@ -50,18 +55,7 @@ def test_a_run_killed_during_its_export_is_exported_not_retrained(small_npz, tmp
 
 @tensorflow_backend_only("an export traces the model with TensorFlow")
 def test_a_second_run_is_exported_but_not_served_until_asked(small_npz, tmp_path, capsys):
-    config = TrainConfig(
-        name="small",
-        model="quadratic_tiny",
-        dataset=small_npz,
-        epochs=1,
-        batch_size=40,
-        model_overrides={"num_layers": 1, "hidden_dim": 8, "intermediate_dim": 8},
-        runs_dir=str(tmp_path / "runs"),
-        export_dir=str(tmp_path / "saved"),
-        verbose=0,
-        jit_compile=False,
-    )
+    config = exported_run_config(small_npz, tmp_path)
     first, second = workflow.train_and_export(config), workflow.train_and_export(config)
     assert (Path(first["export"]).name, Path(second["export"]).name) == ("1", "2")
     assert export.served_version(tmp_path / "saved", "quadratic_tiny") == 1  # the experiment does not replace it
