@@ -9,6 +9,7 @@ name or a preset directory (`from_preset` is its alias).
 import dataclasses
 import fnmatch
 import os
+import warnings
 
 import keras
 
@@ -16,7 +17,7 @@ from keras_attnconv.models.image_classifier import ClassifierConfig
 from keras_attnconv.models.model_card import ModelCard, PaperFigures, TrainedResult
 from keras_attnconv.models.presets import load_preset
 from keras_attnconv.models.validation import dtype_policy
-from keras_attnconv.utils.checks import check_registered_name, check_seed, did_you_mean
+from keras_attnconv.utils.checks import check_bool, check_registered_name, check_seed, did_you_mean
 
 #: The fields a preset takes (`build_model`, `from_preset`): a new classification head (`ImageClassifier.with_config`).
 HEAD_FIELDS = ("num_classes", "class_names")
@@ -189,7 +190,11 @@ def from_preset(preset, *, dtype=None, load_weights=True, **head):
     Args:
         preset: a preset directory (`save_to_preset`; ``attnconv train``
             writes the best model of a run to ``<run>/preset``), or a
-            registered name.
+            registered name. The package ships no trained weights: a name
+            gives a new model with initial weights, as `build_model` does,
+            with a warning saying so unless ``load_weights=False`` asks for
+            just that (keras-hub's ``from_preset(name)`` would load trained
+            weights).
         dtype: None (the policy it was saved with) or a dtype policy to
             rebuild it in (``"float32"``, ``"mixed_bfloat16"``, ...).
         load_weights: False gives the architecture with fresh weights.
@@ -202,4 +207,16 @@ def from_preset(preset, *, dtype=None, load_weights=True, **head):
     A preset is loaded in Keras' safe mode, its files checked against each
     other first (`keras_attnconv.models.presets.load_preset` says how).
     """
+    if isinstance(preset, str) and preset in _REGISTRY:
+        check_bool("load_weights", load_weights)
+        if load_weights:
+            warnings.warn(
+                f"{preset!r} is a registered model name, and the package ships no trained weights: "
+                f"from_preset({preset!r}) is a new model with initial weights, as build_model({preset!r}) is. "
+                f"For trained weights, load a preset directory (`attnconv train` writes <run>/preset); for the "
+                f"architecture alone, pass load_weights=False.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return _build(preset, "preset", dtype, None, True, head)  # a name's model is new either way
     return _build(preset, "preset", dtype, None, load_weights, head)

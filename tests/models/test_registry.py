@@ -178,6 +178,21 @@ def test_register_model_refuses_a_taken_or_bad_name_and_what_is_not_a_config(arg
     assert "new_model" not in keras_attnconv.list_models()
 
 
+def test_from_preset_of_a_name_warns_that_its_weights_are_initial_unless_load_weights_false_asks_for_them():
+    # keras-hub's from_preset(name) loads trained weights; the package ships none, so a name's model is new.
+    import warnings
+
+    with pytest.warns(UserWarning, match="'resnet_tiny' is a registered model name, and the package ships no trained"):
+        warned = keras_attnconv.from_preset("resnet_tiny", num_classes=3)
+    assert warned.name == "resnet_tiny" and warned.config.num_classes == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for: no warning
+        fresh = keras_attnconv.from_preset("resnet_tiny", load_weights=False)
+    assert fresh.name == "resnet_tiny" and fresh.config == keras_attnconv.get_model_config("resnet_tiny")
+    with pytest.raises(ValueError, match="must be true or false. Received: load_weights='no'"):
+        keras_attnconv.from_preset("resnet_tiny", load_weights="no")
+
+
 def test_build_model_takes_a_preset_directory_and_a_registered_name_comes_first(tmp_path, monkeypatch):
     model = keras_attnconv.build_model("resnet_tiny", image_size=8, seed=1)
     monkeypatch.chdir(tmp_path)
