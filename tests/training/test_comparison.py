@@ -161,7 +161,7 @@ def test_the_table_names_the_device_its_speeds_were_measured_on():
 
     header = markdown_table(table_results([], device_description())).splitlines()[0]
     cpu = cpu_capabilities()
-    assert f"{cpu['model']} (cpu): " in header and f"bfloat16 units: {cpu['bfloat16_units'] or 'none'}" in header
+    assert f"(cpu): {cpu['model']}" in header and f"bfloat16 units: {cpu['bfloat16_units'] or 'none'}" in header
     gpu = {**device_description(), "device": "NVIDIA H100 80GB HBM3 (gpu)"}
     assert "; NVIDIA H100 80GB HBM3 (gpu), Keras " in markdown_table(table_results([], gpu))
     # A file written before the device was recorded keeps its line.
