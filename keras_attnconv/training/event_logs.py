@@ -15,7 +15,8 @@ from keras_attnconv.utils.files import write_atomically
 
 #: The event files of Keras' TensorBoard callback, one folder per writer (train, validation).
 EVENT_FILES = "*/events.out.tfevents.*"
-ITERATION_TAGS = "_vs_iterations"
+#: The ending of the tags Keras logs at the optimizer's step rather than the epoch (its evaluations).
+ITERATION_TAG_SUFFIX = "_vs_iterations"
 
 
 def rewind_event_files(logs_dir, initial_epoch, iterations):
@@ -32,7 +33,7 @@ def rewind_event_files(logs_dir, initial_epoch, iterations):
     from tensorboard.compat.proto import event_pb2
 
     def backed_up(tag, step):
-        return step <= iterations if tag.endswith(ITERATION_TAGS) else step < initial_epoch
+        return step <= iterations if tag.endswith(ITERATION_TAG_SUFFIX) else step < initial_epoch
 
     dropped = 0
     for path in sorted(Path(logs_dir).glob(EVENT_FILES)):
