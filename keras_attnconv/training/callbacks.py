@@ -392,7 +392,12 @@ class StopWhenNothingLearned(keras.callbacks.Callback):
     def _steps_trained(self):
         """The optimizer's steps so far (a resumed run's earlier ones included); None for a callback on no model."""
         optimizer = None if self._model is None else getattr(self.model, "optimizer", None)
-        return None if optimizer is None else int(keras.ops.convert_to_numpy(optimizer.iterations))
+        return None if optimizer is None else optimizer_steps(optimizer)
+
+
+def optimizer_steps(optimizer):
+    """The steps `optimizer` has taken, as an int: a resumed run's restored ones included."""
+    return int(keras.ops.convert_to_numpy(optimizer.iterations))
 
 
 class BestCheckpoint(keras.callbacks.Callback):

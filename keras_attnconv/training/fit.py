@@ -37,6 +37,7 @@ from keras_attnconv.training.callbacks import (
     csv_history,
     first_judged_epoch,
     first_trained_epoch,
+    optimizer_steps,
     rewind_csv,
 )
 from keras_attnconv.training.distribution import (
@@ -317,8 +318,7 @@ def _fit_in_scope(config, plan, run, resume_from):
     # The records of an epoch after the last published one (a kill before its backup) are redone, not kept twice.
     rewind_csv(run.history, initial_epoch)
     if _tensorflow_importable():  # TensorBoard's logs are written only then (`_logging_callbacks`)
-        iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-        rewind_event_files(run.logs_dir, initial_epoch, iterations)
+        rewind_event_files(run.logs_dir, initial_epoch, optimizer_steps(model.optimizer))
     throughput = Throughput(plan.steps_per_epoch * config.batch_size, run.epoch_seconds, initial_epoch)
     package = package_revision()  # the code that trains: a checkout may change before the run ends
     start = time.perf_counter()
@@ -369,7 +369,7 @@ def _fit_in_scope(config, plan, run, resume_from):
         "eval_accuracy_by_test_time_flips": by_flips,
         "best_val_accuracy": json.loads(best_path.read_text())["val_accuracy"] if best_path.exists() else None,
         "epochs": config.epochs,
-        "optimizer_steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        "optimizer_steps": optimizer_steps(model.optimizer),
         "trainable_parameters": trainable_parameters(model),
         "train_images_per_second": throughput.images_per_second,
         "precision": config.precision,
