@@ -173,6 +173,7 @@ def _join_processes(strategy, processes):
 
 def _export(args):
     from keras_attnconv.export.exporter import export_registered, paper_configurations
+    from keras_attnconv.export.root import check_serving_name
     from keras_attnconv.training.workflow import export_source
 
     given = {"SOURCE": args.source, "--model": args.model, "--all": args.all or None}
@@ -186,6 +187,8 @@ def _export(args):
             f"--all exports each configuration under its own name; --name names one export. "
             f"Received: name={args.name!r}"
         )
+    if args.name is not None:
+        check_serving_name(args.name, "name")  # as this command calls it, not as export_model does (serving_name)
     if args.allow_chance and args.source is None:
         raise ValueError(
             "--allow-chance exports a run or preset whose recorded accuracy is at chance; --model and "

@@ -107,6 +107,8 @@ def test_help_and_argument_checks_load_no_subcommands_work():
         (["export"], "give one of SOURCE .a training run or preset directory., --model NAME or --all. Received: none"),
         (["export", "run", "--all"], "give one of SOURCE.*Received: SOURCE='run', --all=True"),
         (["export", "--all", "--name", "x"], "--name names one export. Received: name='x'"),
+        # Named as the command calls it (`--name`), not as the Python API does (`serving_name`).
+        (["export", "--model", "quadratic_tiny", "--name", "../x"], "never a path\\). Received: name='../x'"),
         (["table1", "run", "--data-name", "d", "--data-file", "missing.npz"], "Received: data_file='missing.npz'"),
         (
             ["choices", "run", "--base", "base", "--data-name", "d", "--data-file", "missing.npz"],
