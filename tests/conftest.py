@@ -4,6 +4,7 @@ Helper functions shared by tests are in support.py (``from support import ...``)
 """
 
 import os
+import subprocess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # JAX's partitionable threefry takes ~7 s to compile a dropout mask of a few hundred numbers on the CPU,
@@ -50,6 +51,17 @@ def mixed_policy(request):
     keras.mixed_precision.set_dtype_policy(request.param)
     yield request.param
     keras.mixed_precision.set_dtype_policy("float32")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB file system of its own (tmpfs), where the test may fill the disk for real."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """`export_model`: one model of the zoo, checked in its runtime, published as a new version of an export root."""
 
+import errno
 import json
 import shutil
 
@@ -14,6 +15,7 @@ from keras_attnconv.export.root import METADATA_FILES, ExportRoot, check_serving
 from keras_attnconv.export.runtimes import check_in_runtime
 from keras_attnconv.models.presets import check_zoo_model, model_metadata
 from keras_attnconv.utils.checks import check_bool, check_choice
+from keras_attnconv.utils.files import is_full_disk
 
 
 def export_model(
@@ -70,6 +72,8 @@ def export_model(
         RuntimeError: the exported file cannot be loaded, or run on one
             batch, by its runtime (checked where it is installed); nothing
             is published.
+        OSError: ``errno.ENOSPC`` where the export root's device fills up
+            during the export, naming the root; nothing is published.
     """
     check_zoo_model(model)
     root = ExportRoot(export_dir, format)
@@ -121,6 +125,15 @@ def export_model(
             )
         check_in_runtime(exported, staging, format, name)
         target = root.publish(staging, name, version, write_metadata)
+    except Exception as error:
+        if not is_full_disk(error):
+            raise
+        # TensorFlow's own message names its temporary file and op; the user needs the root and what to do.
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on the device of the export root for {name!r}: nothing was published. Free some space "
+            f"and export again. Received: export_dir={str(root.path)!r}",
+        ) from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if format == "saved_model":

@@ -143,6 +143,14 @@ def check_free_space(directory, needed_bytes, what, margin=1.25):
         )
 
 
+def is_full_disk(error):
+    """Whether `error` is a write's failure for want of space: an OSError with ENOSPC, or TensorFlow's error of
+    a file it could not write (a SavedModel's variables: ResourceExhaustedError, its message the system's)."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return type(error).__module__.startswith("tensorflow") and os.strerror(errno.ENOSPC) in str(error)
+
+
 def file_digest(path, argument="path"):
     """``sha256:<hex>`` of the file at `path`; one that cannot be read is an error naming `argument`."""
     digest = hashlib.sha256()

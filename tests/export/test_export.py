@@ -4,6 +4,7 @@ own name (or a safe serving name) and nothing written outside the export root, t
 The other formats, and every model family in the real runtimes: test_export_formats.py."""
 
 import dataclasses
+import errno
 import json
 import multiprocessing
 import os
@@ -218,6 +219,19 @@ def test_existing_version_is_never_overwritten(exported):
     with pytest.raises(FileExistsError, match="never overwritten.*version=1"):
         export.export_model(model, root, version=1)
     assert tree_digest(path) == before
+
+
+@pytest.mark.parametrize("format", ["saved_model", "onnx", "litert"])  # TensorFlow's writers fail, or Python's
+def test_a_disk_that_fills_during_the_export_is_one_error_naming_the_root_and_nothing_is_published(small_disk, format):
+    root = small_disk / "root"
+    filler = small_disk / "filler"  # another process took all but two pages: the mark fits, the export does not
+    filler.write_bytes(bytes(shutil.disk_usage(small_disk).free - 2 * 4096))
+    with pytest.raises(OSError, match=f"nothing was published.*Received: export_dir='{root}'$") as raised:
+        export.export_model(tiny_model(), root, format=format, warmup=False)
+    assert raised.value.errno == errno.ENOSPC
+    assert list((root / "tiny").iterdir()) == []  # no version, no staging left
+    filler.unlink()
+    assert export.export_model(tiny_model(), root, format=format, warmup=False) == root / "tiny" / "1"
 
 
 def test_an_interrupted_export_leaves_no_version(tmp_path, monkeypatch):

@@ -162,17 +162,6 @@ sys.exit(cli.main({args!r}))
 """
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 16 MiB file system of its own (tmpfs), where the test may fill the disk for real."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("mounting a tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 def test_a_full_disk_stops_the_run_with_an_error_and_it_resumes_once_there_is_room(
     small_npz, uninterrupted, small_disk
 ):
