@@ -86,6 +86,11 @@ def plan_run(config):
             f"`batch_size` must divide evenly across the {replicas} replicas of the "
             f"{config.strategy!r} strategy. Received: batch_size={config.batch_size}"
         )
+    if len(train_arrays[0]) < config.batch_size:  # the training steps take full batches only (static shapes)
+        raise ValueError(
+            f"The {len(train_arrays[0])} training images of {str(config.dataset)!r} are fewer than one batch: "
+            f"choose a batch_size of at most {len(train_arrays[0])}. Received: batch_size={config.batch_size}"
+        )
     if not uses_tf_data(strategy):
         check_last_batch(config, len(eval_arrays[0]), eval_split, replicas)
     shard = process_shard(strategy)

@@ -396,7 +396,7 @@ def write_npz(path, labels, **extra):
         ({"model_overrides": {"hidden_dim": 0}}, "hidden_dim=0"),
         ({"model_overrides": {"attention_options": {"separable": "maybe"}}}, "separable='maybe'"),
         ({"dataset": "labels_out_of_range"}, r"must lie in \[0, 3\)"),
-        ({"batch_size": 500}, "fewer than one batch"),
+        ({"batch_size": 500}, r"The 160 training images of '.*small.npz' are fewer than one batch.*batch_size=500"),
         ({"eval_split": "validation"}, "split='validation'"),
     ],
 )
