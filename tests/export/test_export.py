@@ -328,7 +328,7 @@ def test_a_serving_name_that_is_not_a_plain_name_writes_nothing_anywhere(tmp_pat
             export.export_model(tiny_model(), root, serving_name=name, warmup=False)
     if isinstance(name, str):
         assert cli.main(["export", "--model", "resnet_tiny", f"--name={name}", "--export-dir", str(root)]) == 2
-        assert f"serving_name={name!r}" in capsys.readouterr().err
+        assert f"Received: name={name!r}" in capsys.readouterr().err  # the command's --name
     assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")] == ["a", "a/b", "a/b/root"]
 
 
