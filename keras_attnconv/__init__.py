@@ -9,14 +9,16 @@ the ``attnconv`` command) stands above the library and is imported by name.
 
 Where this import is the one that starts Keras' backend, the native libraries'
 known start-up lines (absl's preamble, CUDA probing on a machine without a
-GPU, done here rather than at the first operation, the CPU feature notice) are
-kept off standard error (`utils.console.quiet_backend_start`); every other line
-passes unchanged.
+GPU, the CPU feature notice) are kept off standard error
+(`utils.console.native_log_filter`); every other line passes unchanged.
 """
 
-from keras_attnconv.utils.console import quiet_backend_start as _quiet_backend_start
+import contextlib as _contextlib
+import sys as _sys
 
-with _quiet_backend_start():
+from keras_attnconv.utils.console import native_log_filter as _native_log_filter
+
+with _native_log_filter() if "keras" not in _sys.modules else _contextlib.nullcontext():
     from keras_attnconv import layers, models, optim  # noqa: F401 (they register the package's Keras classes)
 from keras_attnconv.analysis import compile_for_fine_tuning, conv_to_attention, prune_degenerate_heads
 from keras_attnconv.layers import (

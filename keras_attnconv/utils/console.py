@@ -59,28 +59,6 @@ def native_log_filter(pattern=START_UP_NOISE):
 
 
 @contextlib.contextmanager
-def quiet_backend_start():
-    """For the block that imports Keras first (``import keras_attnconv`` in a new notebook): the native libraries'
-    start-up lines are dropped (`native_log_filter`), TensorFlow's device probe included. Where Keras was already
-    imported, the backend's lines were the user's program's, shown: nothing is done.
-
-    TensorFlow probes its devices at its first operation, not at its import, and on a machine without a GPU the
-    probe logs an error line ("failed call to cuInit") beside a user's first model call: the physical devices are
-    listed here instead, which initialises none of them (memory growth and visible devices can still be set)."""
-    if "keras" in sys.modules:
-        yield
-        return
-    with native_log_filter():
-        yield
-        import keras
-
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
-
-
-@contextlib.contextmanager
 def retracing_warnings_off():
     """Within the block, TensorFlow's warning that a function "triggered tf.function retracing" is dropped.
 
