@@ -18,6 +18,9 @@ import sys as _sys
 
 from keras_attnconv.utils.console import native_log_filter as _native_log_filter
 
+# TensorFlow's CUDA probe ("failed call to cuInit" on a machine without a GPU) comes with its first op, after this
+# import, and is not forced here: starting the runtime at import would read TF_XLA_FLAGS before `attnconv train` sets
+# them (`models.element_clusters`) and come before a multi-worker strategy's collective ops are configured.
 with _native_log_filter() if "keras" not in _sys.modules else _contextlib.nullcontext():
     from keras_attnconv import layers, models, optim  # noqa: F401 (they register the package's Keras classes)
 from keras_attnconv.analysis import compile_for_fine_tuning, conv_to_attention, prune_degenerate_heads
