@@ -375,6 +375,25 @@ class ImageClassifier(keras.Model):
         """What a client of the model (or of any of its exports) needs to know about its input and output."""
         return self.config.preprocessing
 
+    @classmethod
+    def from_preset(cls, preset, *, dtype=None, load_weights=True, **head):
+        """keras-hub's spelling of `keras_attnconv.from_preset`: ``AttentionClassifier.from_preset(path)``.
+
+        The same arguments and the same model, which must be of this class (or a subclass of it): a preset or
+        registered name of another family is a ValueError naming both classes, as keras-hub refuses a preset
+        of another task. ``ImageClassifier.from_preset`` loads any model of the package.
+        """
+        from keras_attnconv.models.registry import preset_model  # the registry stands on this module
+
+        return preset_model(preset, dtype, load_weights, head, model_class=cls)
+
+    def save_to_preset(self, preset_dir, *, metadata=None, overwrite=False):
+        """keras-hub's spelling of `keras_attnconv.save_to_preset` (``model.save_to_preset(path)``): the same
+        arguments, files and result."""
+        from keras_attnconv.models.presets import save_to_preset
+
+        return save_to_preset(self, preset_dir, metadata=metadata, overwrite=overwrite)
+
     def with_config(self, **changes):
         """A new model of this class whose config has `changes`, holding this model's weights.
 

@@ -324,7 +324,18 @@ def _check_weights(model, path, preset):
         )
 
 
-def load_preset(preset, *, dtype=None, load_weights=True):
+def check_preset_class(found, model_class, preset):
+    """Raises ValueError, naming both classes, where the model of `preset` (a `found`) is not a `model_class`:
+    ``ResNet.from_preset`` of an attention model's preset, as keras-hub refuses a preset of another task."""
+    if not issubclass(found, model_class):
+        raise ValueError(
+            f"{str(preset)!r} holds a model of class {found.__name__}, not {model_class.__name__}: load it with "
+            f"{found.__name__}.from_preset, or keras_attnconv.from_preset, which loads any model of the package. "
+            f"Received: preset={str(preset)!r}"
+        )
+
+
+def load_preset(preset, *, dtype=None, load_weights=True, model_class=ImageClassifier):
     """The model saved in the preset directory `preset`, as its own class, with its weights (`from_preset`'s path).
 
     Args:
@@ -333,6 +344,8 @@ def load_preset(preset, *, dtype=None, load_weights=True):
         dtype: None (the policy it was saved with) or a dtype policy to
             rebuild it in (``"float32"``, ``"mixed_bfloat16"``, ...).
         load_weights: False gives the architecture with fresh weights.
+        model_class: the class the model must be (or subclass): a preset of
+            another is a ValueError naming both, before anything is built.
 
     Only the package's own model classes are loaded, in Keras' safe mode: a
     preset cannot make this function run code. Its three files are checked
@@ -349,15 +362,16 @@ def load_preset(preset, *, dtype=None, load_weights=True):
     config = _read_json_object(path / CONFIG_FILE, preset)
     metadata = _read_json_object(path / METADATA_FILE, preset)
     registered = config.get("registered_name")
-    model_class = keras.saving.get_registered_object(registered) if isinstance(registered, str) else None
+    found = keras.saving.get_registered_object(registered) if isinstance(registered, str) else None
     if not (
-        isinstance(model_class, type)
-        and issubclass(model_class, ImageClassifier)
+        isinstance(found, type)
+        and issubclass(found, ImageClassifier)
         and isinstance(config.get("config"), dict)
     ):
         raise ValueError(
             f"The preset {str(preset)!r} does not hold a keras_attnconv model. Received: registered_name={registered!r}"
         )
+    check_preset_class(found, model_class, preset)
     if dtype is not None:
         config = {**config, "config": {**config["config"], "dtype": dtype}}
     model = keras.saving.deserialize_keras_object(config, safe_mode=True)

@@ -13,9 +13,9 @@ import warnings
 
 import keras
 
-from keras_attnconv.models.image_classifier import ClassifierConfig
+from keras_attnconv.models.image_classifier import ClassifierConfig, ImageClassifier
 from keras_attnconv.models.model_card import ModelCard, PaperFigures, TrainedResult
-from keras_attnconv.models.presets import load_preset
+from keras_attnconv.models.presets import check_preset_class, load_preset
 from keras_attnconv.models.validation import dtype_policy
 from keras_attnconv.utils.checks import check_bool, check_registered_name, check_seed, did_you_mean
 
@@ -152,8 +152,9 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
     return _build(name, "name", dtype, seed, load_weights, overrides)
 
 
-def _build(name, argument, dtype, seed, load_weights, overrides):
-    """`build_model` for a caller whose user calls `name` `argument` (``"preset"`` for `from_preset`)."""
+def _build(name, argument, dtype, seed, load_weights, overrides, model_class=None):
+    """`build_model` for a caller whose user calls `name` `argument` (``"preset"`` for `from_preset`); a preset
+    directory's model must be a `model_class` (default: any model of the package)."""
     if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
         # An unknown name: named, with the closest.
         get_model_card(name, or_else=" or a preset directory", argument=argument)
@@ -180,7 +181,7 @@ def _build(name, argument, dtype, seed, load_weights, overrides):
             f"`load_weights`, and for a new classification head `num_classes` and `class_names`. "
             f"Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}"
         )
-    model = load_preset(name, dtype=dtype, load_weights=load_weights)
+    model = load_preset(name, dtype=dtype, load_weights=load_weights, model_class=model_class or ImageClassifier)
     return model.with_config(**head) if head else model
 
 
@@ -207,7 +208,18 @@ def from_preset(preset, *, dtype=None, load_weights=True, **head):
     A preset is loaded in Keras' safe mode, its files checked against each
     other first (`keras_attnconv.models.presets.load_preset` says how).
     """
+    return preset_model(preset, dtype, load_weights, head)
+
+
+def preset_model(preset, dtype, load_weights, head, model_class=None):
+    """`from_preset`'s model, for a call one frame above this one (its warning is the caller's caller's).
+
+    With `model_class` (`ImageClassifier.from_preset`), a preset or registered name of another class is a
+    ValueError naming both, raised before anything is built.
+    """
     if isinstance(preset, str) and preset in _REGISTRY:
+        if model_class is not None:
+            check_preset_class(type(_REGISTRY[preset].config).model_class, model_class, preset)
         check_bool("load_weights", load_weights)
         if load_weights:
             warnings.warn(
@@ -216,7 +228,7 @@ def from_preset(preset, *, dtype=None, load_weights=True, **head):
                 f"For trained weights, load a preset directory (`attnconv train` writes <run>/preset); for the "
                 f"architecture alone, pass load_weights=False.",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return _build(preset, "preset", dtype, None, True, head)  # a name's model is new either way
-    return _build(preset, "preset", dtype, None, load_weights, head)
+    return _build(preset, "preset", dtype, None, load_weights, head, model_class)

@@ -97,6 +97,39 @@ def test_a_preset_reloads_as_the_same_class_config_and_weights(tmp_path):
     np.testing.assert_array_equal(outputs(restored, images()), outputs(model, images()))
 
 
+def test_the_model_classes_save_and_load_presets_as_keras_hub_models_do(tmp_path):
+    from keras_attnconv import AttentionClassifier, ImageClassifier, ResNet
+
+    model = small_model()
+    path = model.save_to_preset(tmp_path / "preset", metadata={"metrics": {"eval_accuracy": 0.5}})
+    assert path == tmp_path / "preset" and load_preset_metadata(path)["metrics"] == {"eval_accuracy": 0.5}
+    for model_class in (AttentionClassifier, ImageClassifier):  # its class, or the base class of every family
+        restored = model_class.from_preset(path, num_classes=5)
+        assert type(restored) is AttentionClassifier and restored.config.num_classes == 5
+        assert_same_weights_but_the_head(restored, model)
+    with pytest.raises(
+        ValueError,
+        match=rf"holds a model of class AttentionClassifier, not ResNet: load it with AttentionClassifier.from_preset,"
+        rf".* Received: preset='{path}'$",
+    ):
+        ResNet.from_preset(path)
+
+
+def test_a_model_class_refuses_a_registered_name_of_another_family_before_building_or_warning(monkeypatch):
+    import warnings
+
+    from keras_attnconv import AttentionClassifier, ResNet
+
+    monkeypatch.setattr(ResNet, "__init__", None)  # building one would fail otherwise
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the warning of initial weights is not given first
+        with pytest.raises(ValueError, match="'resnet_tiny' holds a model of class ResNet, not AttentionClassifier"):
+            AttentionClassifier.from_preset("resnet_tiny")
+    with pytest.warns(UserWarning, match="initial weights") as caught:
+        assert type(AttentionClassifier.from_preset("quadratic_tiny", image_size=8)) is AttentionClassifier
+    assert caught[0].filename == __file__  # the warning points at the caller's line, not at the package
+
+
 @pytest.mark.parametrize("load", [from_preset, build_model], ids=["from_preset", "build_model"])
 def test_a_preset_with_other_classes_is_its_features_under_a_new_head(tmp_path, load):
     model = small_model(dtype="mixed_bfloat16")

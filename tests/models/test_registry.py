@@ -182,8 +182,11 @@ def test_from_preset_of_a_name_warns_that_its_weights_are_initial_unless_load_we
     # keras-hub's from_preset(name) loads trained weights; the package ships none, so a name's model is new.
     import warnings
 
-    with pytest.warns(UserWarning, match="'resnet_tiny' is a registered model name, and the package ships no trained"):
+    with pytest.warns(
+        UserWarning, match="'resnet_tiny' is a registered model name, and the package ships no trained"
+    ) as caught:
         warned = keras_attnconv.from_preset("resnet_tiny", num_classes=3)
+    assert caught[0].filename == __file__  # the caller's line, not the package's
     assert warned.name == "resnet_tiny" and warned.config.num_classes == 3
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
