@@ -196,5 +196,8 @@ def encoder_blocks(model):
     """The `TransformerEncoderBlock` layers of a model, in order; ValueError if it has none."""
     blocks = [layer for layer in model.layers if isinstance(layer, TransformerEncoderBlock)]
     if not blocks:
-        raise ValueError(f"{model.name} has no TransformerEncoderBlock (no attention layers).")
+        raise ValueError(
+            f"`model` must have attention layers (TransformerEncoderBlock): {type(model).__name__} {model.name!r} "
+            f"has none. Received: model={model.name!r}"
+        )
     return blocks

@@ -363,11 +363,7 @@ def load_preset(preset, *, dtype=None, load_weights=True, model_class=ImageClass
     metadata = _read_json_object(path / METADATA_FILE, preset)
     registered = config.get("registered_name")
     found = keras.saving.get_registered_object(registered) if isinstance(registered, str) else None
-    if not (
-        isinstance(found, type)
-        and issubclass(found, ImageClassifier)
-        and isinstance(config.get("config"), dict)
-    ):
+    if not (isinstance(found, type) and issubclass(found, ImageClassifier) and isinstance(config.get("config"), dict)):
         raise ValueError(
             f"The preset {str(preset)!r} does not hold a keras_attnconv model. Received: registered_name={registered!r}"
         )

@@ -69,6 +69,20 @@ def test_a_head_whose_width_trained_to_zero_gets_no_contour_and_the_panel_says_s
     assert len(first.lines) == 9  # its center is still drawn
 
 
+@pytest.mark.parametrize(
+    "draw",
+    [viz.plot_attention_centers, lambda model: viz.plot_attention_maps(model, np.zeros((8, 8, 3), "uint8"), (0, 0))],
+)
+def test_a_model_without_attention_is_named_by_the_figures_of_attention(draw):
+    resnet = build_model("resnet_tiny", image_size=8)
+    with pytest.raises(
+        ValueError,
+        match=r"^`model` must have attention layers .*: ResNet 'resnet_tiny' has none\. "
+        r"Received: model='resnet_tiny'$",
+    ):
+        draw(resnet)
+
+
 def test_centers_figure_has_pixel_axes_and_a_legend_of_heads_contours_and_query():
     figure = viz.plot_attention_centers(build_model("quadratic_tiny", seed=0, **SMALL))
     for axis in figure.axes:
