@@ -23,7 +23,8 @@ def _centered_blocks(model):
         if not isinstance(score, (QuadraticScore, GaussianScore, DiagonalGaussianScore)):
             what = "no relative position" if score is None else type(score).__name__
             raise ValueError(
-                f"{block.name} has {what} scores; attention centers exist for quadratic and gaussian encodings only."
+                f"`model` must have attention heads with a center (the quadratic and Gaussian encodings): its "
+                f"block {block.name!r} has {what} scores. Received: model={model.name!r}"
             )
     return blocks
 

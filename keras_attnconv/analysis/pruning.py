@@ -101,9 +101,11 @@ def prune_degenerate_heads(model, max_eigenvalue=1e-5, max_condition=1e5):
     for block in blocks:
         score = block.attention.position_score
         if block.attention.uses_content or not isinstance(score, _GAUSSIAN_SCORES):
+            what = "no relative position" if score is None else type(score).__name__
+            content = " and content terms" if block.attention.uses_content else ""
             raise ValueError(
-                f"Pruning applies to position-only Gaussian/quadratic heads; {block.name} has "
-                f"{type(score).__name__} scores with content terms={block.attention.uses_content}."
+                f"`model` must have position-only quadratic or Gaussian heads to prune (Appendix E): its block "
+                f"{block.name!r} has {what} scores{content}. Received: model={model.name!r}"
             )
         reasons = degenerate_heads(score, max_eigenvalue, max_condition)
         if len(reasons) == block.attention.num_heads:

@@ -19,7 +19,11 @@ def test_layer_centers_are_each_blocks_centers_and_covariances():
 
 
 def test_models_without_centers_are_named():
-    with pytest.raises(ValueError, match="encoder_0 has LearnedRelativeScore scores"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`model` must have attention heads with a center .*: its block 'encoder_0' has LearnedRelativeScore "
+        r"scores\. Received: model='learned_tiny'$",
+    ):
         analysis.layer_centers(build_model("learned_tiny", **SMALL))
 
 

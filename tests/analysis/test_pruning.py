@@ -104,8 +104,14 @@ def test_threshold_arguments_decide():
 def test_rejects_models_without_gaussian_heads():
     with pytest.raises(ValueError, match="must be an AttentionClassifier.*class ResNet"):
         prune_degenerate_heads(build_model("resnet_tiny"))
-    with pytest.raises(ValueError, match="position-only Gaussian"):
+    with pytest.raises(
+        ValueError,
+        match=r"position-only quadratic or Gaussian heads .*: its block 'encoder_0' has LearnedRelativeScore scores\. "
+        r"Received: model='learned_tiny'$",
+    ):
         prune_degenerate_heads(build_model("learned_tiny", **SMALL))
+    with pytest.raises(ValueError, match=r"'encoder_0' has QuadraticScore scores and content terms\. Received"):
+        prune_degenerate_heads(build_model("quadratic_tiny", use_content_content=True, **SMALL))
 
 
 def test_fine_tuning_uses_a_tenth_of_the_learning_rate():

@@ -137,7 +137,7 @@ def test_attention_maps_reject_a_query_off_the_grid_and_a_float_image():
 
 
 def test_models_without_centers_are_rejected():
-    with pytest.raises(ValueError, match="quadratic and gaussian encodings only"):
+    with pytest.raises(ValueError, match=r"heads with a center \(the quadratic and Gaussian encodings\)"):
         viz.plot_attention_centers(build_model("learned_tiny", **SMALL))
 
 
