@@ -247,5 +247,8 @@ def get_attention_span(span, num_heads):
             f"Received: attention_span={span!r}"
         )
     if span.num_heads != num_heads:
-        raise ValueError(f"The attention span has {span.num_heads} heads but the attention has num_heads={num_heads}.")
+        raise ValueError(
+            f"`attention_span` must have one span per head of the attention (num_heads={num_heads}). "
+            f"Received: attention_span with num_heads={span.num_heads}"
+        )
     return span

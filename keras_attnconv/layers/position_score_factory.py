@@ -84,10 +84,13 @@ def get_position_score(identifier, num_heads, key_dim=None, **kwargs):
 def check_score_fits_attention(layer, num_heads, use_position_bias):
     """ValueError unless a position score `layer` fits an attention of `num_heads` heads (and position bias or not)."""
     if layer.num_heads != num_heads:
-        raise ValueError(f"The position score has {layer.num_heads} heads but the attention has num_heads={num_heads}.")
+        raise ValueError(
+            f"`position_score` must have the attention's heads (num_heads={num_heads}). "
+            f"Received: position_score {type(layer).__name__} with num_heads={layer.num_heads}"
+        )
     if layer.head_vectors != use_position_bias:
         raise ValueError(
-            f"A position score with head_vectors={layer.head_vectors} does not fit "
-            f"use_position_bias={use_position_bias}: its per-head vectors v are the "
-            "position-bias term."
+            f"`position_score` must have per-head vectors v (head_vectors) exactly where the attention uses the "
+            f"position-bias term they make (use_position_bias={use_position_bias}). Received: position_score "
+            f"{type(layer).__name__} with head_vectors={layer.head_vectors}"
         )

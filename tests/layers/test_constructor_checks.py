@@ -6,6 +6,7 @@ from keras_attnconv.layers import (
     ConvolutionAsAttention,
     GaussianScore,
     PixelNormalization,
+    QuadraticScore,
     RelativeMultiHeadAttention,
     TransformerEncoderBlock,
 )
@@ -20,6 +21,24 @@ def test_an_unknown_position_score_name_is_refused_at_construction_with_the_clos
 def test_separable_true_on_scores_that_are_not_separable_is_refused_at_construction(score):
     with pytest.raises(ValueError, match="GaussianScore scores are not separable by axis. Received: separable=True"):
         RelativeMultiHeadAttention(2, position_score=score, separable=True)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            {"position_score": QuadraticScore(num_heads=9)},
+            r"the attention's heads \(num_heads=4\)\. Received: position_score QuadraticScore with num_heads=9$",
+        ),
+        (
+            {"position_score": QuadraticScore(num_heads=4, head_vectors=False)},
+            r"\(use_position_bias=True\)\. Received: position_score QuadraticScore with head_vectors=False$",
+        ),
+    ],
+)
+def test_parts_that_do_not_fit_the_attention_are_refused_at_construction_naming_them(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        RelativeMultiHeadAttention(4, **arguments)
 
 
 @pytest.mark.parametrize(
