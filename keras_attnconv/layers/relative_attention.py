@@ -354,9 +354,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                 )
             elif encoding_dim > self.key_dim:
                 raise ValueError(
-                    f"The content-position term with the identity W_hat needs encoding_dim <= key_dim; "
-                    f"got encoding_dim={encoding_dim}, key_dim={self.key_dim}. Use "
-                    "position_key_projection=True or a larger key_dim."
+                    f"The content-position term with the identity W_hat needs the position score's encoding_dim "
+                    f"({encoding_dim}) <= key_dim: use position_key_projection=True or a larger key_dim. "
+                    f"Received: key_dim={self.key_dim}"
                 )
         # The merged value/output kernel is one linear map of the heads' concatenated contexts.
         contexts = self.num_heads * self.input_dim

@@ -168,6 +168,15 @@ def test_mixed_precision_keeps_scores_in_float32(mixed_policy):
         ({"num_heads": 2, "content_scale": -1.0}, "content_scale=-1.0"),
         ({"num_heads": 2, "key_dim": 0}, "key_dim=0"),
         ({"num_heads": 2, "position_score": LearnedRelativeScore(3, embedding_dim=4)}, "num_heads=2"),
+        (
+            {
+                "num_heads": 2,
+                "position_score": LearnedRelativeScore(2, embedding_dim=16),
+                "use_content_position": True,
+                "key_dim": 4,
+            },
+            r"encoding_dim \(16\) <= key_dim: use position_key_projection=True .*Received: key_dim=4$",
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):

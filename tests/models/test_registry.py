@@ -91,6 +91,11 @@ def test_mixed_float16_models_compile_with_loss_scaling(dtype, loss_scaled):
             lambda: keras_attnconv.build_model("absolute_learned", position_score="quadratic"),
             "must be None when no position term.*position_score='quadratic'",
         ),
+        (
+            lambda: keras_attnconv.build_model("quadratic", use_position_bias=False, position_score=None),
+            "a term to score with. Received: use_content_content=False, use_content_position=False, "
+            "use_position_bias=False$",
+        ),
         (lambda: keras_attnconv.build_model("quadratic_span", attention_span={"threshold": 2}), "threshold=2"),
         (
             lambda: keras_attnconv.build_model("quadratic", attention_span={"sigma": 2}),

@@ -189,7 +189,9 @@ class AttentionClassifierConfig(ClassifierConfig):
             )
         if not (self.use_content_content or self.use_content_position or self.use_position_bias):
             raise ValueError(
-                "At least one of use_content_content, use_content_position, use_position_bias must be True."
+                "At least one of use_content_content, use_content_position, use_position_bias must be True: "
+                "an attention needs a term to score with. Received: use_content_content=False, "
+                "use_content_position=False, use_position_bias=False"
             )
         if self.attention_options is not None:
             if not isinstance(self.attention_options, dict):
