@@ -158,6 +158,12 @@ def table1_report(
     """
     digest = file_digest(data_file, "data_file")
     records = [run_record(path, device) for path in runs]
+    for path, record in zip(runs, records):  # its table has no row for it: it would be listed, and shown nowhere
+        if record["model"] not in TABLE1_MODELS:
+            raise ValueError(
+                f"{str(path)!r} trains {record['model']}, which is not a model of Table 1 "
+                f"({', '.join(TABLE1_MODELS)}): `attnconv compare` tabulates other models. Received: run={str(path)!r}"
+            )
     for record in records:
         beside = [other["recipe"] for other in records if other is not record] if side_by_side else []
         record["trained_beside"] = beside

@@ -109,6 +109,17 @@ def test_two_finished_runs_of_one_model_are_refused(finished_run, small_npz, tmp
         table1_report([finished_run, copy], data_file=small_npz, device="a CPU", **REPORT)
 
 
+def test_a_run_of_a_model_that_is_not_in_table_1_is_refused(finished_run, small_npz, tmp_path):
+    tiny = tmp_path / "quick"  # the run of another model: its config says so
+    shutil.copytree(finished_run, tiny)
+    config = json.loads((tiny / "config.json").read_text())
+    (tiny / "config.json").write_text(json.dumps({**config, "model": "quadratic_tiny"}))
+    with pytest.raises(
+        ValueError, match=rf"'{tiny}' trains quadratic_tiny, which is not a model of Table 1 \(resnet18,"
+    ):
+        table1_report([finished_run, tiny], data_file=small_npz, device="a CPU", **REPORT)
+
+
 def test_a_run_records_its_device_libraries_and_commit_for_the_results(finished_run, small_npz):
     metrics = json.loads((finished_run / "metrics.json").read_text())
     if metrics["package"]["commit"] is None:  # the tests ran from an installed package, not from a checkout
