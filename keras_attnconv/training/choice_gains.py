@@ -120,6 +120,13 @@ def choice_gains_report(runs, *, base, data_name, data_file, command=None, earli
             f"The base trains `{base_record['model']}`, the runs `{models[0]}`: a choice's gain is measured on one "
             f"model. Received: base={str(base)!r}"
         )
+    for path, record in zip(runs, records):  # (the data's path is no setting: it differs between machines)
+        if record["test_examples"] != base_record["test_examples"]:
+            raise ValueError(
+                f"{str(path)!r} was evaluated on {record['test_examples']} test images, the base on "
+                f"{base_record['test_examples']}: a gain compares accuracies on one test set. Received: "
+                f"run={str(path)!r}"
+            )
     measured = [
         _with_gain(record, base_record, setting_changes(base_record["settings"], record["settings"]))
         for record in records

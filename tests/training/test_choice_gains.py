@@ -124,6 +124,18 @@ def test_runs_of_another_model_than_the_base_are_refused(runs, small_npz, tmp_pa
         choice_gains_report([other, runs["seed"]], base=runs["base"], data_file=small_npz, **DATA)
 
 
+def test_a_run_evaluated_on_another_test_set_than_the_base_is_refused(runs, small_npz, tmp_path):
+    # Fine-tuned on an image folder of its own: the data's path is no setting, the size of its test set tells.
+    other = tmp_path / "other_data"
+    shutil.copytree(runs["smoothed"], other)
+    metrics = metrics_of(other)
+    (other / "metrics.json").write_text(json.dumps({**metrics, "eval_examples": 32}))
+    with pytest.raises(
+        ValueError, match=rf"'{other}' was evaluated on 32 test images, the base on {metrics['eval_examples']}: "
+    ):
+        choice_gains_report([runs["seed"], other], base=runs["base"], data_file=small_npz, **DATA)
+
+
 def test_the_command_writes_the_results_and_its_table(runs, small_npz, tmp_path, capsys):
     output = tmp_path / "choices.json"
     arguments = ["choices", str(runs["smoothed"]), "--base", str(runs["base"]), "--data-file", small_npz]
