@@ -183,6 +183,7 @@ def test_the_native_log_filter_drops_start_up_lines_and_keeps_the_rest(capfd):
     with native_log_filter():
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
         os.write(2, b"I0000 00:00:1795451018.238620    2360 cudart_stub.cc:31] Could not find cuda drivers\n")
+        os.write(2, b"2026-12-07 13:31:54.357065: I tensorflow/core/util/port.cc:153] oneDNN custom operations\n")
         os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")  # LiteRT's, checking an export
         os.write(2, b"E0000 00:00:1795451018.238620    2360 some_op.cc:31] a real error\n")
         os.write(2, b"INFO: another notice of LiteRT's\n")

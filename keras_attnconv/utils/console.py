@@ -16,12 +16,14 @@ import sys
 import threading
 
 #: Lines that say nothing to a user of a CPU machine: absl's preamble, glog-style
-#: info/warning lines ("I0000 00:00:... file.cc:31] ..."), the CPU feature notice,
+#: info/warning lines ("I0000 00:00:... file.cc:31] ...", before TensorFlow 2.20
+#: "2026-12-07 13:31:54.357065: I tensorflow/...cc:153] ..."), the CPU feature notice,
 #: the LiteRT interpreter's notice of its CPU delegate (a LiteRT export is run once
 #: to check it) and CUDA probing on a machine without a GPU.
 START_UP_NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] \S+:\d+\]"  # TensorFlow 2.19's format of them
     r"|To enable the following instructions:"
     r"|INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$"
     r"|.*(failed call to cuInit|Could not find cuda drivers|cuda_(driver|diagnostics)\.cc|Unable to register cu))"
