@@ -152,7 +152,7 @@ def build_model(name, *, dtype=None, seed=None, load_weights=True, **overrides):
     return _build(name, "name", dtype, seed, load_weights, overrides)
 
 
-def _build(name, argument, dtype, seed, load_weights, overrides, model_class=None):
+def _build(name, argument, dtype, seed, load_weights, overrides, model_class=ImageClassifier):
     """`build_model` for a caller whose user calls `name` `argument` (``"preset"`` for `from_preset`); a preset
     directory's model must be a `model_class` (default: any model of the package)."""
     if isinstance(name, str) and name in _REGISTRY or not _is_preset_path(name):
@@ -181,7 +181,7 @@ def _build(name, argument, dtype, seed, load_weights, overrides, model_class=Non
             f"`load_weights`, and for a new classification head `num_classes` and `class_names`. "
             f"Received: {', '.join(f'{key}={value!r}' for key, value in given.items())}"
         )
-    model = load_preset(name, dtype=dtype, load_weights=load_weights, model_class=model_class or ImageClassifier)
+    model = load_preset(name, dtype=dtype, load_weights=load_weights, model_class=model_class)
     return model.with_config(**head) if head else model
 
 
@@ -211,15 +211,14 @@ def from_preset(preset, *, dtype=None, load_weights=True, **head):
     return preset_model(preset, dtype, load_weights, head)
 
 
-def preset_model(preset, dtype, load_weights, head, model_class=None):
+def preset_model(preset, dtype, load_weights, head, model_class=ImageClassifier):
     """`from_preset`'s model, for a call one frame above this one (its warning is the caller's caller's).
 
-    With `model_class` (`ImageClassifier.from_preset`), a preset or registered name of another class is a
-    ValueError naming both, raised before anything is built.
+    A preset or registered name of a class other than `model_class` (`ImageClassifier.from_preset` of a
+    family) is a ValueError naming both, raised before anything is built.
     """
     if isinstance(preset, str) and preset in _REGISTRY:
-        if model_class is not None:
-            check_preset_class(type(_REGISTRY[preset].config).model_class, model_class, preset)
+        check_preset_class(type(_REGISTRY[preset].config).model_class, model_class, preset)
         check_bool("load_weights", load_weights)
         if load_weights:
             warnings.warn(

@@ -54,6 +54,7 @@ from keras_attnconv.training.fine_tuning import start_from
 from keras_attnconv.training.plan import plan_run
 from keras_attnconv.training.run_directory import RunDirectory
 from keras_attnconv.training.runs import check_same_run, resolve_run_dir, resolved_config
+from keras_attnconv.utils.files import is_full_disk
 
 
 def _center_tracking(model, run, initial_epoch):
@@ -128,7 +129,7 @@ def train(config, plan=None):
         try:
             return _fit(config, plan, run)
         except OSError as error:
-            if error.errno != errno.ENOSPC:
+            if not is_full_disk(error):
                 raise
             raise OSError(
                 errno.ENOSPC,
