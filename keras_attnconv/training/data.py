@@ -353,7 +353,7 @@ def _tfds_dataset(name, split, data_dir, download, argument="split"):
 
     builder = tfds.builder(name, data_dir=data_dir)
     if download:
-        builder.download_and_prepare()  # nothing to do where the data is prepared
+        _download_and_prepare(builder, name, data_dir)
     if builder.info.splits and split not in builder.info.splits:  # none known: unprepared, or mocked from code
         raise missing_split(name, split, builder.info.splits, argument)
     try:
@@ -364,6 +364,21 @@ def _tfds_dataset(name, split, data_dir, download, argument="split"):
             "download=True (--download true) to fetch it, data_dir (--data-dir) a directory that holds it, or "
             "dataset (--dataset) an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file. "
             f"Received: data_dir={data_dir!r}"
+        ) from None
+
+
+def _download_and_prepare(builder, name, data_dir):
+    """tensorflow-datasets' download and preparation (nothing to do where the data is prepared); a source it cannot
+    reach (no network: it retried for minutes) is named with the ways that need none."""
+    import requests  # tensorflow-datasets downloads with it
+
+    try:
+        builder.download_and_prepare()
+    except requests.exceptions.ConnectionError as error:
+        raise ConnectionError(
+            f"tensorflow-datasets could not download {name!r}: {error}. Without a network, pass dataset (--dataset) "
+            "an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file, or data_dir (--data-dir) a "
+            f"directory that holds {name!r} prepared. Received: download=True, data_dir={data_dir!r}"
         ) from None
 
 

@@ -107,6 +107,40 @@ def test_missing_tfds_data_without_download_names_the_data_dir_and_the_other_way
         data.load_dataset("cifar10", "train", batch_size=8, data_dir=data_dir, download=False)
 
 
+class DownloadStarted(Exception):
+    """Raised where tensorflow-datasets starts downloading: the tests never reach the network."""
+
+
+def stop_tfds_download(monkeypatch, error):
+    from tensorflow_datasets.core.download import download_manager
+
+    def download_and_extract(manager, url):
+        raise error(url)
+
+    monkeypatch.setattr(download_manager.DownloadManager, "download_and_extract", download_and_extract)
+
+
+def test_a_tfds_download_reaches_its_source_with_the_packages_dependencies(tmp_path, monkeypatch):
+    # tensorflow-datasets 4.9 prepares a dataset with importlib_resources, which it declares for Python < 3.9 only
+    # (tensorflow/datasets#11212): `--download true` failed with ModuleNotFoundError before any download.
+    stop_tfds_download(monkeypatch, DownloadStarted)
+    with pytest.raises(DownloadStarted, match="cifar-10"):
+        data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=True)
+
+
+def test_a_tfds_download_without_a_network_names_the_ways_that_need_none(tmp_path, monkeypatch):
+    import requests
+
+    stop_tfds_download(monkeypatch, lambda url: requests.exceptions.ConnectionError(f"no route to {url}"))
+    with pytest.raises(
+        ConnectionError,
+        match=r"^tensorflow-datasets could not download 'cifar10': no route to \S*cifar-10\S*\. Without a network, "
+        r"pass dataset \(--dataset\) an image folder .* or a \.npz file, or data_dir \(--data-dir\) a directory "
+        f"that holds 'cifar10' prepared\\. Received: download=True, data_dir={re.escape(repr(str(tmp_path)))}$",
+    ):
+        data.load_dataset("cifar10", "train", batch_size=8, data_dir=str(tmp_path), download=True)
+
+
 def test_a_split_a_tfds_dataset_lacks_is_named_with_the_closest_and_the_users_argument(monkeypatch):
     # As a .npz's or a folder's missing split is: `--eval-split tset` names eval_split and suggests 'test'.
     import types
