@@ -78,10 +78,10 @@ def _parse_value(text, textual=False):
     A `textual` field's value (a name, a path) is the text as given: a run
     directory named 2024, nan or true is a name, not a number or a boolean.
     """
-    from keras_attnconv.training.recipe import toml_module
+    import tomllib
+
     from keras_attnconv.utils.checks import none_word
 
-    tomllib = toml_module()
     if none_word(text) is None:
         return None
     if textual:

@@ -223,6 +223,22 @@ def test_the_front_page_gives_the_set_up_and_test_commands_verbatim():
     assert TEST_COMMAND in lines
 
 
+def test_the_front_pages_python_tensorflow_and_keras_are_the_oldest_the_package_installs_with():
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    requirements = setup["options"]["install_requires"]
+    floors = {
+        "Python": setup["options"]["python_requires"].removeprefix(">="),
+        "TensorFlow": re.search(r"^tensorflow>=(\S+)$", requirements, flags=re.M)[1],
+        "Keras": re.search(r"^keras>=([^,\s]+)", requirements, flags=re.M)[1],
+    }
+    said = re.search(r"Python (\S+) or newer, TensorFlow (\S+) and Keras (\S+) or newer", README.read_text())
+    assert said, "the front page should say which Python, TensorFlow and Keras the package needs"
+    assert dict(zip(floors, said.groups())) == floors
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("failing_pass", ["TensorFlow", "JAX"])
 def test_ci_runs_the_test_command_verbatim_and_fails_when_either_pass_fails(tmp_path, failing_pass):

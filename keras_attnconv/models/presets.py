@@ -65,7 +65,7 @@ def model_metadata(model):
         "preprocessing": model.preprocessing,
         "keras_version": keras.__version__,
         "keras_attnconv_version": __version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

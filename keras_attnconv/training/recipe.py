@@ -8,6 +8,7 @@ before any data, model or device is touched and before anything is written.
 import dataclasses
 import numbers
 import os
+import tomllib
 from pathlib import Path
 
 from keras_attnconv.export.root import DEFAULT_EXPORT_DIRS, check_serving_name
@@ -233,15 +234,6 @@ def _check_text(name, value):
         raise ValueError(f"`{name}` must be a non-empty string. Received: {name}={value!r}")
 
 
-def toml_module():
-    """`tomllib` (Python 3.11+) or its backport `tomli` (Python 3.10)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    return tomllib
-
-
 #: The paper's configurations, shipped with the package: ``attnconv train --recipe quadratic``.
 RECIPES_DIR = Path(__file__).parent / "recipes"
 PACKAGE_DIR = RECIPES_DIR.parent.parent
@@ -295,7 +287,6 @@ def load_recipe(recipe, **overrides):
     after the recipe (its ``name``, or its file's name) while the model is the
     recipe's own; with another model it is named after that model.
     """
-    tomllib = toml_module()
     path = recipe_path(recipe)
     try:
         with path.open("rb") as f:
