@@ -342,6 +342,10 @@ def load_arrays(dataset, split, *, data_dir=None, download=False, argument="spli
     return images, labels.astype("int64")
 
 
+#: The data a run can take instead of tensorflow-datasets', as its errors name it.
+_LOCAL_DATASET = "dataset (--dataset) an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file"
+
+
 def _tfds_dataset(name, split, data_dir, download, argument="split"):
     """The split as tensorflow-datasets gives it; downloads only with `download`.
 
@@ -362,8 +366,7 @@ def _tfds_dataset(name, split, data_dir, download, argument="split"):
         raise FileNotFoundError(
             f"The tensorflow-datasets dataset {name!r} is not prepared in {builder.data_dir}. Pass "
             "download=True (--download true) to fetch it, data_dir (--data-dir) a directory that holds it, or "
-            "dataset (--dataset) an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file. "
-            f"Received: data_dir={data_dir!r}"
+            f"{_LOCAL_DATASET}. Received: data_dir={data_dir!r}"
         ) from None
 
 
@@ -376,9 +379,9 @@ def _download_and_prepare(builder, name, data_dir):
         builder.download_and_prepare()
     except requests.exceptions.ConnectionError as error:
         raise ConnectionError(
-            f"tensorflow-datasets could not download {name!r}: {error}. Without a network, pass dataset (--dataset) "
-            "an image folder (DIR/train/<class>/, DIR/test/<class>/) or a .npz file, or data_dir (--data-dir) a "
-            f"directory that holds {name!r} prepared. Received: download=True, data_dir={data_dir!r}"
+            f"tensorflow-datasets could not download {name!r}: {error}. Without a network, pass {_LOCAL_DATASET}, "
+            f"or data_dir (--data-dir) a directory that holds {name!r} prepared. Received: download=True, "
+            f"data_dir={data_dir!r}"
         ) from None
 
 
