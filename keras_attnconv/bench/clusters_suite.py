@@ -90,7 +90,7 @@ def run_clusters_benchmark(quick=False, output="bench-clusters.json", **override
                     "tensorflow",
                     precision,
                     "auto",
-                    element_clusters.is_attention_model(model),
+                    element_clusters.clustered_precisions(model),
                     measured_on["cpu"]["bfloat16_units"],
                 ),
             }

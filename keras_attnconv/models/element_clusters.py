@@ -7,13 +7,19 @@ and their gradients) run one by one in Eigen, no faster in bfloat16 than
 in float32: half of the quadratic model's mixed_bfloat16 op time. TensorFlow's
 auto-clustering, restricted to element-wise ops
 (``--tf_xla_ops_to_cluster=FUSIBLE``), compiles runs of them into fused XLA
-kernels and leaves the matmuls to oneDNN. Measured on an Intel Xeon with AMX
-(docs/performance.md, "Element-wise ops in XLA clusters"; `attnconv bench
---suite clusters`), mixed_bfloat16: the attention models' steps were
-1.08-1.30x as fast (quadratic 1.15x), ResNet-18's 0.89x; in float32 the
-attention models' 0.98-1.10x, ResNet-18's 0.88x. Hence only attention
-models, only mixed_bfloat16, only where ``jit_compile="auto"`` picks the
-graph.
+kernels and leaves the matmuls to oneDNN. Measured (docs/performance.md,
+"Element-wise ops in XLA clusters"; `attnconv bench --suite clusters`) on an
+Intel Xeon with AMX, mixed_bfloat16: the attention models' steps were
+1.08-1.30x as fast (quadratic 1.15x), ResNet-18's 0.89x; in float32,
+`learned_content`'s 1.10x, the other attention models' 0.98-1.04x,
+ResNet-18's 0.88x. On an AMD EPYC with AVX-512 BF16, whose matmuls gain
+less from bfloat16, mixed_bfloat16: `learned_content` 1.13x,
+`learned_content_local` 1.05x, quadratic and `learned` 0.93-1.12x over
+three runs (a tie), ResNet-18 0.95-1.25x (1.25x and 1.16x when its plain
+step ran slow, 0.95x in the longest run); float32 `learned_content` 1.10x.
+Hence the attention models in mixed_bfloat16, and in float32 those whose
+content scores cover every position (`clustered_precisions`), only where
+``jit_compile="auto"`` picks the graph.
 
 TensorFlow reads these flags once, when its runtime starts (its first op or
 device query); set later they change nothing. So they are an application's
@@ -29,7 +35,7 @@ FLAGS = ("--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit", "--tf_xla_ops_to_clus
 VARIABLE = "TF_XLA_FLAGS"
 
 
-def takes_element_clusters(backend, precision, jit_compile, attention_model, bfloat16_units, strategy="default"):
+def takes_element_clusters(backend, precision, jit_compile, gaining_precisions, bfloat16_units, strategy="default"):
     """Whether a run's graph step gains from element-wise XLA clusters (the measurements in the module docstring).
 
     Args:
@@ -37,30 +43,40 @@ def takes_element_clusters(backend, precision, jit_compile, attention_model, bfl
         precision: the run's dtype policy name.
         jit_compile: the run's setting; only ``"auto"``, the measured path, takes them (``False`` is the plain
             graph, kept for comparisons).
-        attention_model: whether the model is an `AttentionClassifier` (ResNet-18 was slower with them).
+        gaining_precisions: the precisions whose graph step of the run's model was measured faster with them
+            (`clustered_precisions`).
         bfloat16_units: the CPU's (`cpu_capabilities`), or None: without them the rule takes XLA for the step.
         strategy: the run's; only one process on one device was measured.
     """
     return (
         backend == "tensorflow"
-        and precision == "mixed_bfloat16"
+        and precision in gaining_precisions
         and jit_compile == "auto"
-        and attention_model
         and bfloat16_units is not None
         and strategy == "default"
     )
 
 
-def is_attention_model(name):
-    """Whether `name` registers an `AttentionClassifier`; False for a ResNet and for an unregistered name (a
-    fine-tuned preset's pruned model): neither was measured faster with the clusters."""
+def clustered_precisions(name):
+    """The precisions in which model `name`'s graph step was measured faster with the clusters (module docstring).
+
+    An `AttentionClassifier`'s in mixed_bfloat16, whose element-wise ops Eigen runs no faster than in float32;
+    in float32 too where its content scores cover every position (a (batch, heads, T, T) float32 softmax and its
+    dropout per layer, `learned_content`: 1.10x on both kinds of CPU), not where a window bounds them. None
+    for a ResNet (slower with them on the Xeon) and for an unregistered name (a fine-tuned preset's pruned model):
+    not measured.
+    """
     from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
     from keras_attnconv.models.registry import get_model_config
 
     try:
-        return isinstance(get_model_config(name), AttentionClassifierConfig)
+        config = get_model_config(name)
     except (KeyError, ValueError):
-        return False
+        return frozenset()
+    if not isinstance(config, AttentionClassifierConfig):
+        return frozenset()
+    content_everywhere = (config.use_content_content or config.use_content_position) and config.window is None
+    return frozenset({"mixed_bfloat16", "float32"} if content_everywhere else {"mixed_bfloat16"})
 
 
 def train_sets_them(model, precision, bfloat16_units, environ=None, jit_compile="auto", strategy="default"):
@@ -72,8 +88,8 @@ def train_sets_them(model, precision, bfloat16_units, environ=None, jit_compile=
     environ = os.environ if environ is None else environ
     if VARIABLE in environ:
         return False
-    attention = is_attention_model(model)
-    return takes_element_clusters(keras.backend.backend(), precision, jit_compile, attention, bfloat16_units, strategy)
+    gaining = clustered_precisions(model)
+    return takes_element_clusters(keras.backend.backend(), precision, jit_compile, gaining, bfloat16_units, strategy)
 
 
 def worker_environment(clustered):
