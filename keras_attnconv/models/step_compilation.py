@@ -13,13 +13,14 @@ The rule (`uses_xla`; `resolve_jit_compile_for` applies it to a model):
   PyTorch: no XLA (Keras' own default there).
 - GPU and TPU: XLA, whole step (it fuses the element-wise work between the
   tensor-core matmuls).
-- CPU, a model of under `SMALL_MODEL_GFLOPS` forward FLOPs per image
-  (`count_flops`, attention included): XLA; its step is many small ops,
-  which XLA fuses and TensorFlow's graph runs one by one.
-- CPU with bfloat16 units (AMX tiles or AVX-512 BF16 dot products), a larger
-  model: TensorFlow's graph, in every precision (oneDNN computes bfloat16 on
+- CPU with bfloat16 units (AMX tiles or AVX-512 BF16 dot products):
+  TensorFlow's graph, in every precision (oneDNN computes bfloat16 on
   those units, which XLA's CPU backend does not use, and oneDNN's float32
-  step was the faster one too).
+  step was the faster one too), except for a small model: XLA under
+  `SMALL_MODEL_GFLOPS` forward FLOPs per image (`count_flops`, attention
+  included), under `SMALL_BFLOAT16_MODEL_GFLOPS` where it computes in
+  bfloat16; its step is many small ops, which XLA fuses and TensorFlow's
+  graph runs one by one.
 - Any other CPU: XLA (oneDNN without bfloat16 units was slower in both
   precisions, many times slower in bfloat16).
 
@@ -34,10 +35,15 @@ import keras
 from keras_attnconv.models.flops import count_flops
 from keras_attnconv.utils.reports import BFLOAT16_UNITS, cpu_capabilities
 
-# Forward GFLOP per image below which a CPU's step takes XLA whatever the CPU (module docstring): between the
-# largest model measured faster under XLA (learned_content_tiny, 0.31) and the smallest faster in the graph
+# Forward GFLOP per image below which a CPU's float32 step takes XLA whatever the CPU (module docstring): between
+# the largest model measured faster under XLA (learned_content_tiny, 0.31) and the smallest faster in the graph
 # (resnet10, 0.51), on the Xeon with AMX and on the EPYC with AVX-512 BF16 alike.
 SMALL_MODEL_GFLOPS = 0.4
+# The same for a step computing in bfloat16, where the graph's matmuls run on the bfloat16 units and its
+# element-wise ops in XLA clusters (`element_clusters`): on the EPYC with AVX-512 BF16, XLA was faster for
+# quadratic_tiny (0.047) and the graph for learned_content_local_tiny (0.122, 1.28x) and learned_content_tiny
+# (0.31, 1.21x and 1.43x; a tie on the Xeon with AMX, before the clusters).
+SMALL_BFLOAT16_MODEL_GFLOPS = 0.1
 
 
 def check_jit_compile(jit_compile, argument="jit_compile"):
@@ -65,9 +71,11 @@ def uses_xla(platform, precision, backend, cpu_flags=frozenset(), gflops_per_ima
         return False
     if platform != "cpu":
         return True
-    if gflops_per_image is not None and gflops_per_image < SMALL_MODEL_GFLOPS:
-        return True  # many small ops: XLA fuses them, the graph runs them one by one
-    return not cpu_flags & set(BFLOAT16_UNITS)  # measured: the graph where oneDNN has bfloat16 units, XLA elsewhere
+    if not cpu_flags & set(BFLOAT16_UNITS):
+        return True  # measured: XLA where oneDNN has no bfloat16 units, the graph where it has
+    bfloat16 = keras.DTypePolicy(precision).compute_dtype == "bfloat16"
+    small = SMALL_BFLOAT16_MODEL_GFLOPS if bfloat16 else SMALL_MODEL_GFLOPS
+    return gflops_per_image is not None and gflops_per_image < small  # many small ops: XLA fuses them
 
 
 def resolve_jit_compile(jit_compile, precision="float32", platform=None, backend=None, gflops_per_image=None):
