@@ -78,13 +78,17 @@ def run_clusters_benchmark(quick=False, output="bench-clusters.json", **override
                 times[((model, precision), clustered)].append(result["step_ms"])
     measured_on, rows = machine(), []
     for model, precision in cases:
-        plain, clustered = (statistics.median(times[((model, precision), c)]) for c in (False, True))
+        plain_rounds, clustered_rounds = (times[((model, precision), c)] for c in (False, True))
+        plain, clustered = statistics.median(plain_rounds), statistics.median(clustered_rounds)
         rows.append(
             {
                 "model": model,
                 "precision": precision,
                 "graph_ms": plain,
                 "clustered_ms": clustered,
+                # Each round's, as a machine's runs move (by 10% and more between rounds on a 2-core EPYC).
+                "graph_ms_rounds": plain_rounds,
+                "clustered_ms_rounds": clustered_rounds,
                 "speedup": plain / clustered,
                 "takes_them": element_clusters.takes_element_clusters(
                     "tensorflow",

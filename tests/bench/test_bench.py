@@ -2,6 +2,7 @@
 
 import json
 import logging
+import statistics
 
 import keras
 import numpy as np
@@ -128,6 +129,11 @@ def test_the_steps_suite_groups_its_cases_as_train_sets_the_clusters_for_them(mo
     ]
     assert cpu_suite.clustered_step_groups(models, precisions, environ={"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}) is None
     assert cpu_suite.clustered_step_groups(models, ["float32"], environ={}) is None
+    # In float32, an attention model whose content scores cover every position (`clustered_precisions`).
+    assert cpu_suite.clustered_step_groups(["learned_content_tiny", "quadratic_tiny"], ["float32"], environ={}) == [
+        ("float32", ["quadratic_tiny"], False),
+        ("float32", ["learned_content_tiny"], True),
+    ]
     _with_bfloat16_units(monkeypatch, None)
     assert cpu_suite.clustered_step_groups(models, precisions, environ={}) is None
 
@@ -176,6 +182,10 @@ def test_the_clusters_suite_times_each_case_with_and_without_the_flags_whatever_
     assert (row["model"], row["precision"]) == ("quadratic_tiny", "mixed_bfloat16")
     assert row["graph_ms"] > 0 and row["clustered_ms"] > 0
     assert row["speedup"] == pytest.approx(row["graph_ms"] / row["clustered_ms"])
+    rounds = results["settings"]["rounds"]
+    assert len(row["graph_ms_rounds"]) == len(row["clustered_ms_rounds"]) == rounds  # each round's, kept
+    assert row["graph_ms"] == statistics.median(row["graph_ms_rounds"])
+    assert row["clustered_ms"] == statistics.median(row["clustered_ms_rounds"])
     table = (tmp_path / "clusters.md").read_text()
     assert "| `quadratic_tiny` | mixed_bfloat16 |" in table and "--tf_xla_ops_to_cluster=FUSIBLE" in table
     assert "| model | precision | graph ms |" in capsys.readouterr().out
