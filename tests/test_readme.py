@@ -357,6 +357,8 @@ CPU_KIND_NAMES = {"AMX": "Intel Xeon with AMX", "AVX-512 BF16": "AMD EPYC with A
 
 
 def test_the_front_pages_cpu_paragraph_is_the_steps_files_it_names():
+    from keras_attnconv.bench.step_targets import AVX512_BF16_SPEEDUP
+
     section = README.read_text().split("## On a CPU", 1)[1].split("\n## ", 1)[0]
     paragraph = " ".join(section.split())  # the sentences, whatever their line breaks
     # Each command, then what it measured: the text up to the next command.
@@ -374,9 +376,11 @@ def test_the_front_pages_cpu_paragraph_is_the_steps_files_it_names():
         float32, bfloat16 = picked["float32", "graph"], picked["mixed_bfloat16", "graph"]
         speedup = float32["step_ms"] / bfloat16["step_ms"]
         assert f"mixed_bfloat16 trains `quadratic` {speedup:.2f}x as fast as float32" in claims, path
-        if speedup < 2:  # the target (step_targets) missed: the README says what bounds it
+        units = results["machine"]["cpu"]["bfloat16_units"]
+        if units == "AVX-512 BF16" and speedup < AVX512_BF16_SPEEDUP:  # its target missed: the README says why
             matmul = bfloat16["matmul_gflops"] / float32["matmul_gflops"]
-            assert f"target 2x, beyond its bfloat16 matmul's {matmul:.2f}x" in claims, path
+            bound = f"target {AVX512_BF16_SPEEDUP:g}x, beyond its bfloat16 matmul's {matmul:.2f}x"
+            assert bound in claims, path
 
 
 def test_the_front_pages_clusters_sentence_is_the_clusters_file_it_names():
