@@ -62,9 +62,9 @@ def clustered_precisions(name):
 
     An `AttentionClassifier`'s in mixed_bfloat16, whose element-wise ops Eigen runs no faster than in float32;
     in float32 too where its content scores cover every position (a (batch, heads, T, T) float32 softmax and its
-    dropout per layer, `learned_content`: 1.10x on both kinds of CPU), not where a window bounds them. None
-    for a ResNet (slower with them on the Xeon) and for an unregistered name (a fine-tuned preset's pruned model):
-    not measured.
+    dropout per layer, `learned_content`: 1.08-1.10x on both kinds of CPU), not where a window bounds them. No
+    precision for a ResNet (slower with them on the Xeon) nor for an unregistered name (a fine-tuned preset's
+    pruned model): not measured.
     """
     from keras_attnconv.models.attention_classifier import AttentionClassifierConfig
     from keras_attnconv.models.registry import get_model_config
