@@ -14,7 +14,14 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from support import SMALL_MODEL, skip_xla_on_torch, small_config, tensorflow_backend_only, tiny_train_command
+from support import (
+    SMALL_MODEL,
+    TINY_RUN_JIT,
+    skip_xla_on_torch,
+    small_config,
+    tensorflow_backend_only,
+    tiny_train_command,
+)
 
 import keras_attnconv.models
 from keras_attnconv.models import get_model_config
@@ -165,7 +172,7 @@ def test_the_end_of_run_summary_says_which_weights_were_published_with_their_acc
             "--batch-size",
             "20",
             "--jit-compile",
-            "false",
+            str(TINY_RUN_JIT).lower(),
             "--run-dir",
             str(tmp_path / "run"),
             "--export-dir",
@@ -245,7 +252,7 @@ def test_a_killed_run_resumes_where_it_stopped(small_npz, tmp_path):
         "--batch-size",
         "10",
         "--jit-compile",
-        "false",
+        str(TINY_RUN_JIT).lower(),
         "--run-dir",
         str(run),
         "--verbose",
@@ -751,7 +758,7 @@ def test_a_collapsed_run_stops_after_its_warmup_and_publishes_nothing(tmp_path, 
             "--warmup-ratio",
             "0.5",
             "--jit-compile",
-            "false",
+            str(TINY_RUN_JIT).lower(),
             "--model-overrides",
             "{num_layers = 1}",  # the run is the test's time: one block collapses as the whole model does
             "--run-dir",
@@ -794,7 +801,7 @@ def test_a_warmup_shorter_than_the_first_epoch_at_rate_zero_is_judged_from_the_s
         schedule="official",
         warmup_ratio=0.2,
         min_warmup_epochs=0,
-        jit_compile=False,
+        jit_compile=TINY_RUN_JIT,
         model_overrides={"num_layers": 1},  # the run is the test's time: one block
         run_dir=str(run),
         verbose=0,
