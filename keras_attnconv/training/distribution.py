@@ -11,6 +11,7 @@ and `is_chief` (which process writes).
 
 import contextlib
 import os
+import warnings
 
 import keras
 
@@ -23,6 +24,25 @@ PROCESS_ENVIRONMENT = {
     "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
     "process_id": "KERAS_DISTRIBUTION_PROCESS_ID",
 }
+
+#: JAX releases whose multi-process runs on CPUs (gloo's collectives) hung, each with the nearest release measured
+#: to train them. 0.12.1: `tests/training/test_data_parallel.py`'s two processes (Python 3.12, 2026-12-07) both
+#: waited for the first training step's results, which never came; its compiled step and the collectives before it
+#: were the same in both processes. 0.12.0.1, 0.12.0, 0.11.2 and 0.10.2 trained the same command in 20 s.
+HANGING_CPU_RELEASES = {"0.12.1": "0.12.0.1"}
+
+
+def known_hang(jax_version, platform, processes):
+    """The warning for a run of `processes` processes on `platform` under JAX `jax_version`, if it is known
+    to hang there; None otherwise."""
+    working = HANGING_CPU_RELEASES.get(jax_version)
+    if working is None or platform != "cpu" or processes < 2:
+        return None
+    return (
+        f"JAX {jax_version}'s runs of several processes on CPUs hung in this package's tests: the first training "
+        f"step never finished in any process. JAX {working} trains them: pip install 'jax[cpu]=={working}'. "
+        f"Received: {processes} processes on {platform}, JAX {jax_version}"
+    )
 
 
 def make_strategy(name):
@@ -117,6 +137,9 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
             )
         return count
     keras.distribution.initialize(values["coordinator"], num_processes=count, process_id=index)
+    hang = known_hang(jax.__version__, jax.default_backend(), count)
+    if hang:
+        warnings.warn(hang, stacklevel=2)
     return count
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from support import tensorflow_backend_only
 
+from keras_attnconv.training.distribution import known_hang
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.input_pipeline import ArrayBatches
 from keras_attnconv.training.plan import check_last_batch
@@ -282,3 +283,18 @@ def test_the_process_arguments_are_checked_before_anything_runs(tmp_path, capsys
     with pytest.raises(ValueError, match=r"`num_processes` must be a whole number. Received: num_processes='two'"):
         initialize_processes("127.0.0.1:1234", num_processes="two", process_id=0)
     assert initialize_processes() == 1  # nothing to join: one process
+
+
+def test_a_jax_release_known_to_hang_on_cpus_is_named_with_the_one_that_trains():
+    # JAX 0.12.1's two processes hung in their first step here (Python 3.12); 0.12.0.1 trained the same command.
+    message = known_hang("0.12.1", "cpu", 2)
+    assert "the first training step never finished in any process" in message
+    assert "pip install 'jax[cpu]==0.12.0.1'" in message
+    assert message.endswith("Received: 2 processes on cpu, JAX 0.12.1")
+
+
+@pytest.mark.parametrize(
+    "version, platform, processes", [("0.12.1", "gpu", 2), ("0.12.1", "cpu", 1), ("0.12.0.1", "cpu", 2)]
+)
+def test_no_warning_where_no_hang_was_seen(version, platform, processes):
+    assert known_hang(version, platform, processes) is None
