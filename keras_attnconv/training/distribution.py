@@ -25,24 +25,60 @@ PROCESS_ENVIRONMENT = {
     "process_id": "KERAS_DISTRIBUTION_PROCESS_ID",
 }
 
-#: JAX releases whose multi-process runs on CPUs (gloo's collectives) hung, each with the nearest release measured
-#: to train them. 0.12.1: `tests/training/test_data_parallel.py`'s two processes (Python 3.12, 2026-12-07) both
-#: waited for the first training step's results, which never came; its compiled step and the collectives before it
-#: were the same in both processes. 0.12.0.1, 0.12.0, 0.11.2 and 0.10.2 trained the same command in 20 s.
-HANGING_CPU_RELEASES = {"0.12.1": "0.12.0.1"}
+#: The first JAX release in whose runs of several processes on CPUs (gloo's collectives) two processes meet in
+#: a collective only where both traced its program from the same lines of Python (JAX writes them into the
+#: program; with other lines, the processes' collectives never met). The chief and the other processes reach
+#: `fit` through different lines (`training.fit.train`), so under 0.12.1 both waited in the first step's
+#: all-reduce forever (2026-12-08; 0.12.0.1 and earlier trained). `trace_alike_in_every_process` takes the
+#: locations out.
+LOCATIONS_SPLIT_CPU_COLLECTIVES_FROM = (0, 12, 1)
+
+#: JAX's variable for `jax_traceback_in_locations_limit`, the frames of Python a traced operation records.
+LOCATIONS_VARIABLE = "JAX_TRACEBACK_IN_LOCATIONS_LIMIT"
 
 
-def known_hang(jax_version, platform, processes):
-    """The warning for a run of `processes` processes on `platform` under JAX `jax_version`, if it is known
-    to hang there; None otherwise."""
-    working = HANGING_CPU_RELEASES.get(jax_version)
-    if working is None or platform != "cpu" or processes < 2:
-        return None
-    return (
-        f"JAX {jax_version}'s runs of several processes on CPUs hung in this package's tests: the first training "
-        f"step never finished in any process. JAX {working} trains them: pip install 'jax[cpu]=={working}'. "
-        f"Received: {processes} processes on {platform}, JAX {jax_version}"
-    )
+def release_numbers(version):
+    """The leading numbers of a version string: "0.12.0.1" -> (0, 12, 0, 1), "0.13.0.dev20261201" -> (0, 13, 0)."""
+    numbers = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+def locations_split_collectives(jax_version, platform, processes):
+    """Whether `processes` processes on `platform` under JAX `jax_version` meet in a collective only where they
+    traced its program from the same source lines (`LOCATIONS_SPLIT_CPU_COLLECTIVES_FROM`)."""
+    return platform == "cpu" and processes > 1 and release_numbers(jax_version) >= LOCATIONS_SPLIT_CPU_COLLECTIVES_FROM
+
+
+def trace_alike_in_every_process(processes, environ=None):
+    """Traces without source locations where they would keep the processes' collectives apart; True if so.
+
+    What is lost are the Python file and line of each operation in the compiled programs' metadata, which
+    profiles and XLA dumps show; results and speed are the same. A `LOCATIONS_VARIABLE` in `environ` (default:
+    the process') is the user's choice and stands: a warning says what it does here unless it is 0.
+    """
+    if processes < 2:  # before JAX's backend starts: one process may yet join others
+        return False
+    import jax
+
+    if not locations_split_collectives(jax.__version__, jax.default_backend(), processes):
+        return False
+    environ = os.environ if environ is None else environ
+    if LOCATIONS_VARIABLE in environ:
+        if jax.config.jax_traceback_in_locations_limit != 0:
+            warnings.warn(
+                f"From JAX 0.12.1 on, the processes of a run on CPUs meet in a collective only where they traced "
+                f"it from the same lines of Python, which this package's processes do not: the run hangs in its "
+                f"first step unless {LOCATIONS_VARIABLE} is 0 (unset, this package sets it). Received: "
+                f"{LOCATIONS_VARIABLE}={environ[LOCATIONS_VARIABLE]!r}, {processes} processes, JAX {jax.__version__}",
+                stacklevel=4,  # the caller of `initialize_processes`
+            )
+        return False
+    jax.config.update("jax_traceback_in_locations_limit", 0)
+    return True
 
 
 def make_strategy(name):
@@ -102,7 +138,8 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
     is process 0's; ``KERAS_DISTRIBUTION_NUM_PROCESSES``; ``KERAS_DISTRIBUTION_PROCESS_ID``). Without a
     coordinator and with at most one process, there is nothing to join: one process, its local devices.
     JAX allows this only before its first computation, so `attnconv train` calls it before it loads
-    anything. Returns the number of processes.
+    anything. Several processes on CPUs then trace alike (`trace_alike_in_every_process`). Returns the
+    number of processes.
     """
     import jax
 
@@ -115,7 +152,7 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
         values[name] = _whole_number(name, values[name])
     count, index = values["num_processes"], values["process_id"]
     if values["coordinator"] is None and count in (None, 1):
-        return jax.process_count() if jax.distributed.is_initialized() else 1
+        return _joined(jax.process_count() if jax.distributed.is_initialized() else 1)
     if count is None or index is None or values["coordinator"] is None:
         missing = [name for name in ("coordinator", "num_processes", "process_id") if values[name] is None]
         raise ValueError(
@@ -135,11 +172,14 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
                 f"This process already joined a run of {jax.process_count()} processes as process "
                 f"{jax.process_index()}. Received: num_processes={count}, process_id={index}"
             )
-        return count
+        return _joined(count)
     keras.distribution.initialize(values["coordinator"], num_processes=count, process_id=index)
-    hang = known_hang(jax.__version__, jax.default_backend(), count)
-    if hang:
-        warnings.warn(hang, stacklevel=2)
+    return _joined(count)
+
+
+def _joined(count):
+    """`count`, once this process traces as the others do (`trace_alike_in_every_process`)."""
+    trace_alike_in_every_process(count)
     return count
 
 

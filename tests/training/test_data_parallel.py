@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 from support import tensorflow_backend_only
 
-from keras_attnconv.training.distribution import known_hang
+from keras_attnconv.training.distribution import (
+    LOCATIONS_VARIABLE,
+    locations_split_collectives,
+    release_numbers,
+    trace_alike_in_every_process,
+)
 from keras_attnconv.training.fit import train
 from keras_attnconv.training.input_pipeline import ArrayBatches
 from keras_attnconv.training.plan import check_last_batch
@@ -285,16 +290,95 @@ def test_the_process_arguments_are_checked_before_anything_runs(tmp_path, capsys
     assert initialize_processes() == 1  # nothing to join: one process
 
 
-def test_a_jax_release_known_to_hang_on_cpus_is_named_with_the_one_that_trains():
-    # JAX 0.12.1's two processes hung in their first step here (Python 3.12); 0.12.0.1 trained the same command.
-    message = known_hang("0.12.1", "cpu", 2)
-    assert "the first training step never finished in any process" in message
-    assert "pip install 'jax[cpu]==0.12.0.1'" in message
-    assert message.endswith("Received: 2 processes on cpu, JAX 0.12.1")
+#: Two processes sum a batch split between them (an all-reduce), each tracing the sum from its own line of
+#: Python. Under JAX 0.12.1 on CPUs, without `trace_alike_in_every_process`, both waited in it forever.
+TRACED_FROM_DIFFERENT_LINES = """
+import sys
+import numpy as np
+from keras_attnconv.training.distribution import initialize_processes
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+index = int(sys.argv[2])
+initialize_processes(sys.argv[1], num_processes=2, process_id=index)
+mesh = Mesh(np.array(jax.devices()), ("batch",))
+total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))
+rows = jax.make_array_from_process_local_data(
+    NamedSharding(mesh, PartitionSpec("batch")), np.full((4,), index + 1.0, np.float32)
+)
+if index == 0:
+    result = total(rows)  # process 0 traces the sum from this line,
+else:
+    result = total(rows)  # the other from this one
+print(float(result), jax.config.jax_traceback_in_locations_limit)
+"""
+
+
+def test_processes_that_trace_a_collective_from_different_lines_meet_in_it(jax_without_tensorflow):
+    port = free_port()
+    env = {key: value for key, value in jax_env(jax_without_tensorflow).items() if key != LOCATIONS_VARIABLE}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", TRACED_FROM_DIFFERENT_LINES, f"127.0.0.1:{port}", str(index)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for index in range(2)
+    ]
+    try:
+        outputs = [process.communicate(timeout=60) for process in processes]
+    finally:
+        stop(processes)
+    import jax
+
+    split = locations_split_collectives(jax.__version__, "cpu", 2)
+    for process, (out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+        total, limit = out.splitlines()[-1].split()  # after gloo's own line
+        assert float(total) == 4 * 1.0 + 4 * 2.0  # each process' four rows, summed across both
+        assert (limit == "0") is split  # traced without source locations where JAX needs it, only there
 
 
 @pytest.mark.parametrize(
-    "version, platform, processes", [("0.12.1", "gpu", 2), ("0.12.1", "cpu", 1), ("0.12.0.1", "cpu", 2)]
+    "version, platform, processes, split",
+    [
+        ("0.12.1", "cpu", 2, True),  # measured: hung without the setting, trained with it
+        ("0.12.2.dev20261201", "cpu", 4, True),
+        ("0.13.0", "cpu", 2, True),
+        ("0.12.0.1", "cpu", 2, False),  # measured: trained from different lines
+        ("0.10.2", "cpu", 2, False),
+        ("0.12.1", "gpu", 2, False),  # NCCL's collectives: not measured
+        ("0.12.1", "cpu", 1, False),
+    ],
 )
-def test_no_warning_where_no_hang_was_seen(version, platform, processes):
-    assert known_hang(version, platform, processes) is None
+def test_which_runs_need_the_same_locations_in_every_process(version, platform, processes, split):
+    assert locations_split_collectives(version, platform, processes) is split
+
+
+def test_release_numbers_stop_at_the_first_part_that_is_not_a_number():
+    assert release_numbers("0.12.0.1") == (0, 12, 0, 1)
+    assert release_numbers("0.13.0.dev20261201") == (0, 13, 0)
+    assert release_numbers("0.12.0.1") < (0, 12, 1) <= release_numbers("0.12.1")
+
+
+def test_a_users_own_locations_setting_stands_and_is_warned_of(monkeypatch):
+    import jax
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the setting concerns runs on CPUs")
+    monkeypatch.setattr(jax, "__version__", "0.12.1")
+    before = jax.config.jax_traceback_in_locations_limit
+    try:
+        jax.config.update("jax_traceback_in_locations_limit", 10)
+        with pytest.warns(UserWarning, match=rf"Received: {LOCATIONS_VARIABLE}='10', 2 processes, JAX 0.12.1"):
+            assert trace_alike_in_every_process(2, environ={LOCATIONS_VARIABLE: "10"}) is False
+        assert jax.config.jax_traceback_in_locations_limit == 10  # the user's value, unchanged
+        assert trace_alike_in_every_process(2, environ={}) is True
+        assert jax.config.jax_traceback_in_locations_limit == 0
+        assert trace_alike_in_every_process(1, environ={}) is False  # one process: nothing to meet
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", before)
