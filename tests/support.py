@@ -37,6 +37,8 @@ requires_tensorflow = pytest.mark.skipif(
 #: graph (XLA's compilation would take most of a run); JAX's compiled step (without jit, JAX dispatches each op from
 #: Python, and a killed-and-resumed run took 48 s against 16 s on TensorFlow); PyTorch's eager step.
 TINY_RUN_JIT = keras.backend.backend() == "jax"
+#: The same as `attnconv train --jit-compile` takes it.
+TINY_RUN_JIT_FLAG = str(TINY_RUN_JIT).lower()
 
 #: The dtype policies every layer is run under.
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "bfloat16")
@@ -717,7 +719,7 @@ def tiny_train_command(small_npz, run_dir, export_dir="none", runs_dir=None, **f
         "dataset": small_npz,
         "epochs": 1,
         "batch_size": 40,
-        "jit_compile": str(TINY_RUN_JIT).lower(),
+        "jit_compile": TINY_RUN_JIT_FLAG,
         "export_dir": export_dir,
         **flags,
     }

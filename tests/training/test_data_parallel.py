@@ -300,8 +300,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-index = int(sys.argv[2])
-initialize_processes(sys.argv[1], num_processes=2, process_id=index)
+# start_processes' arguments: --coordinator ADDRESS --num-processes 2 --process-id INDEX
+address, count, index = sys.argv[2], int(sys.argv[4]), int(sys.argv[6])
+initialize_processes(address, num_processes=count, process_id=index)
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))
 rows = jax.make_array_from_process_local_data(
@@ -316,19 +317,8 @@ print(float(result), jax.config.jax_traceback_in_locations_limit)
 
 
 def test_processes_that_trace_a_collective_from_different_lines_meet_in_it(jax_without_tensorflow):
-    port = free_port()
     env = {key: value for key, value in jax_env(jax_without_tensorflow).items() if key != LOCATIONS_VARIABLE}
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", TRACED_FROM_DIFFERENT_LINES, f"127.0.0.1:{port}", str(index)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        for index in range(2)
-    ]
+    processes = start_processes([], env, script=TRACED_FROM_DIFFERENT_LINES)
     try:
         outputs = [process.communicate(timeout=60) for process in processes]
     finally:
